@@ -1,0 +1,26 @@
+//! sigcast's domain model: what an operation is, which intents are valid, how an intent is
+//! fingerprinted, which op_ids are allowed, and which state transitions an operation may make.
+//!
+//! Plain data and pure functions only. This crate must never do I/O, know about tokio, tonic,
+//! a store backend or a chain client: every service parses and decides with it, and a
+//! deterministic simulation must be able to drive it.
+
+mod address;
+mod amount;
+mod error;
+mod fingerprint;
+mod intent;
+mod op_id;
+mod state;
+
+pub use address::{EvmAddress, SolanaPubkey};
+pub use amount::{Lamports, Wei};
+pub use error::{Error, Result, Rule};
+pub use fingerprint::Fingerprint;
+pub use intent::{
+    Chain, EvmContractCall, EvmTransfer, Intent, IntentRules, SolanaAccountMeta,
+    SolanaInstruction, SolanaInstructions, SolanaTransfer, MAX_SOLANA_ACCOUNTS,
+    MAX_SOLANA_INSTRUCTIONS, MAX_SOLANA_INSTRUCTION_DATA,
+};
+pub use op_id::{derive_op_id, OpId, MAX_OP_ID_LEN};
+pub use state::{CancelEffect, OperationState};

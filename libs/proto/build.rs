@@ -1,0 +1,15 @@
+//! Generates the Rust code of `proto/` (the one definition of every message) and the
+//! descriptor set that gRPC server reflection serves.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    let files = [
+        root.join("sigcast/v1/operation.proto"),
+        root.join("sigcast/signer/v1/signer.proto"),
+    ];
+    let descriptors = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("sigcast_descriptor.bin");
+    tonic_prost_build::configure()
+        .file_descriptor_set_path(&descriptors)
+        .compile_protos(&files, &[root])?;
+    Ok(())
+}

@@ -1,0 +1,340 @@
+//! Protobuf ↔ domain. Parsing collects every broken rule with the path of its field, so one
+//! INVALID_ARGUMENT names all that is wrong with a request.
+
+use crate::pb;
+use sigcast_domain::{
+    EvmAddress, EvmContractCall, EvmTransfer, Intent, IntentRules, Lamports, OpId,
+    OperationState, Rule, SolanaAccountMeta, SolanaInstruction, SolanaInstructions,
+    SolanaPubkey, SolanaTransfer, Wei, MAX_SOLANA_ACCOUNTS, MAX_SOLANA_INSTRUCTIONS,
+    MAX_SOLANA_INSTRUCTION_DATA,
+};
+
+/// A field of a request and the rule its value broke.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldViolation {
+    /// Path of the field in the request, e.g. `intent.evm_transfer.to`.
+    pub field: String,
+    /// What the value must be.
+    pub rule: Rule,
+}
+
+impl std::fmt::Display for FieldViolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.rule)
+    }
+}
+
+#[derive(Default)]
+struct Violations(Vec<FieldViolation>);
+
+impl Violations {
+    fn check<T>(&mut self, field: impl Into<String>, parsed: Result<T, Rule>) -> Option<T> {
+        parsed.map_err(|rule| self.0.push(FieldViolation { field: field.into(), rule })).ok()
+    }
+}
+
+/// Parses an op_id field.
+pub fn parse_op_id(field: &str, text: &str) -> Result<OpId, FieldViolation> {
+    OpId::parse(text).map_err(|rule| FieldViolation { field: field.to_owned(), rule })
+}
+
+/// Parses and validates a request's intent against the deployment's rules. `field` is the
+/// intent's path in the request (`intent`).
+pub fn intent_from_proto(
+    field: &str,
+    intent: Option<&pb::Intent>,
+    rules: &IntentRules,
+) -> Result<Intent, Vec<FieldViolation>> {
+    use pb::intent::Kind;
+    let mut v = Violations::default();
+    let Some(kind) = intent.and_then(|i| i.kind.as_ref()) else {
+        v.check::<()>(field, Err(Rule(
+            "is required: set one of evm_transfer, evm_contract_call, solana_transfer, solana_instructions".into(),
+        )));
+        return Err(v.0);
+    };
+    let parsed = match kind {
+        Kind::EvmTransfer(t) => {
+            let at = format!("{field}.evm_transfer");
+            let chain = v.check(format!("{at}.chain_id"), rules.check_evm_chain(t.chain_id));
+            let from = v.check(format!("{at}.from"), EvmAddress::parse(&t.from));
+            let to = v.check(format!("{at}.to"), EvmAddress::parse(&t.to));
+            let value = v.check(format!("{at}.value_wei"), Wei::parse(&t.value_wei));
+            (|| {
+                chain?;
+                Some(Intent::EvmTransfer(EvmTransfer { chain_id: t.chain_id, from: from?, to: to?, value: value? }))
+            })()
+        }
+        Kind::EvmContractCall(c) => {
+            let at = format!("{field}.evm_contract_call");
+            let chain = v.check(format!("{at}.chain_id"), rules.check_evm_chain(c.chain_id));
+            let from = v.check(format!("{at}.from"), EvmAddress::parse(&c.from));
+            let to = v.check(format!("{at}.to"), EvmAddress::parse(&c.to));
+            let data = v.check(format!("{at}.data"), rules.check_evm_call_data(&c.data));
+            let value = if c.value_wei.is_empty() {
+                Some(Wei::zero())
+            } else {
+                v.check(format!("{at}.value_wei"), Wei::parse(&c.value_wei))
+            };
+            let gas = v.check(format!("{at}.gas_limit"), check_gas_limit(c.gas_limit));
+            (|| {
+                chain?;
+                data?;
+                Some(Intent::EvmContractCall(EvmContractCall {
+                    chain_id: c.chain_id,
+                    from: from?,
+                    to: to?,
+                    data: c.data.clone(),
+                    value: value?,
+                    gas_limit: gas?,
+                }))
+            })()
+        }
+        Kind::SolanaTransfer(t) => {
+            let at = format!("{field}.solana_transfer");
+            let cluster = v.check(format!("{at}.cluster"), rules.check_solana_cluster(&t.cluster));
+            let from = v.check(format!("{at}.from"), SolanaPubkey::parse(&t.from));
+            let to = v.check(format!("{at}.to"), SolanaPubkey::parse(&t.to));
+            let lamports = v.check(format!("{at}.lamports"), Lamports::parse(&t.lamports));
+            (|| {
+                cluster?;
+                Some(Intent::SolanaTransfer(SolanaTransfer {
+                    cluster: t.cluster.clone(),
+                    from: from?,
+                    to: to?,
+                    lamports: lamports?,
+                }))
+            })()
+        }
+        Kind::SolanaInstructions(list) => {
+            let at = format!("{field}.solana_instructions");
+            let cluster = v.check(format!("{at}.cluster"), rules.check_solana_cluster(&list.cluster));
+            let fee_payer = v.check(format!("{at}.fee_payer"), SolanaPubkey::parse(&list.fee_payer));
+            let count = v.check(
+                format!("{at}.instructions"),
+                check_count(list.instructions.len(), 1, MAX_SOLANA_INSTRUCTIONS, "instructions"),
+            );
+            let instructions: Vec<_> = list
+                .instructions
+                .iter()
+                .enumerate()
+                .map(|(i, ix)| solana_instruction(&mut v, &format!("{at}.instructions[{i}]"), ix))
+                .collect();
+            (|| {
+                cluster?;
+                count?;
+                Some(Intent::SolanaInstructions(SolanaInstructions {
+                    cluster: list.cluster.clone(),
+                    fee_payer: fee_payer?,
+                    instructions: instructions.into_iter().collect::<Option<_>>()?,
+                }))
+            })()
+        }
+    };
+    match parsed {
+        Some(intent) if v.0.is_empty() => Ok(intent),
+        _ => Err(v.0),
+    }
+}
+
+fn solana_instruction(v: &mut Violations, at: &str, ix: &pb::SolanaInstruction) -> Option<SolanaInstruction> {
+    let program_id = v.check(format!("{at}.program_id"), SolanaPubkey::parse(&ix.program_id));
+    let count = v.check(
+        format!("{at}.accounts"),
+        check_count(ix.accounts.len(), 0, MAX_SOLANA_ACCOUNTS, "accounts"),
+    );
+    let data = v.check(
+        format!("{at}.data"),
+        check_count(ix.data.len(), 0, MAX_SOLANA_INSTRUCTION_DATA, "bytes"),
+    );
+    let accounts: Vec<_> = ix
+        .accounts
+        .iter()
+        .enumerate()
+        .map(|(j, meta)| {
+            v.check(format!("{at}.accounts[{j}].pubkey"), SolanaPubkey::parse(&meta.pubkey))
+                .map(|pubkey| SolanaAccountMeta { pubkey, is_signer: meta.is_signer, is_writable: meta.is_writable })
+        })
+        .collect();
+    count?;
+    data?;
+    Some(SolanaInstruction {
+        program_id: program_id?,
+        accounts: accounts.into_iter().collect::<Option<_>>()?,
+        data: ix.data.clone(),
+    })
+}
+
+fn check_count(len: usize, min: usize, max: usize, what: &str) -> Result<(), Rule> {
+    if (min..=max).contains(&len) {
+        Ok(())
+    } else {
+        Err(Rule(format!("must hold {min} to {max} {what} (got {len})")))
+    }
+}
+
+/// Smallest and largest explicit gas limits accepted: below 21,000 no transaction is valid;
+/// above 100M no current chain's block could hold it.
+const GAS_LIMIT_RANGE: std::ops::RangeInclusive<u64> = 21_000..=100_000_000;
+
+fn check_gas_limit(gas_limit: Option<u64>) -> Result<Option<u64>, Rule> {
+    match gas_limit {
+        Some(limit) if !GAS_LIMIT_RANGE.contains(&limit) => Err(Rule(format!(
+            "must be {} to {} when set (got {limit}); leave it unset to estimate",
+            GAS_LIMIT_RANGE.start(),
+            GAS_LIMIT_RANGE.end()
+        ))),
+        other => Ok(other),
+    }
+}
+
+/// The protobuf form of a parsed intent: canonical spellings, as stored and returned.
+pub fn intent_to_proto(intent: &Intent) -> pb::Intent {
+    use pb::intent::Kind;
+    let kind = match intent {
+        Intent::EvmTransfer(t) => Kind::EvmTransfer(pb::EvmTransfer {
+            chain_id: t.chain_id,
+            from: t.from.to_string(),
+            to: t.to.to_string(),
+            value_wei: t.value.to_string(),
+        }),
+        Intent::EvmContractCall(c) => Kind::EvmContractCall(pb::EvmContractCall {
+            chain_id: c.chain_id,
+            from: c.from.to_string(),
+            to: c.to.to_string(),
+            data: c.data.clone(),
+            value_wei: c.value.to_string(),
+            gas_limit: c.gas_limit,
+        }),
+        Intent::SolanaTransfer(t) => Kind::SolanaTransfer(pb::SolanaTransfer {
+            cluster: t.cluster.clone(),
+            from: t.from.to_string(),
+            to: t.to.to_string(),
+            lamports: t.lamports.to_string(),
+        }),
+        Intent::SolanaInstructions(list) => Kind::SolanaInstructions(pb::SolanaInstructions {
+            cluster: list.cluster.clone(),
+            fee_payer: list.fee_payer.to_string(),
+            instructions: list
+                .instructions
+                .iter()
+                .map(|ix| pb::SolanaInstruction {
+                    program_id: ix.program_id.to_string(),
+                    accounts: ix
+                        .accounts
+                        .iter()
+                        .map(|m| pb::SolanaAccountMeta {
+                            pubkey: m.pubkey.to_string(),
+                            is_signer: m.is_signer,
+                            is_writable: m.is_writable,
+                        })
+                        .collect(),
+                    data: ix.data.clone(),
+                })
+                .collect(),
+        }),
+    };
+    pb::Intent { kind: Some(kind) }
+}
+
+/// The protobuf form of a state.
+pub fn state_to_proto(state: OperationState) -> pb::OperationState {
+    match state {
+        OperationState::Received => pb::OperationState::Received,
+        OperationState::Signed => pb::OperationState::Signed,
+        OperationState::Sent => pb::OperationState::Sent,
+        OperationState::Confirmed => pb::OperationState::Confirmed,
+        OperationState::Rejected => pb::OperationState::Rejected,
+        OperationState::Cancelled => pb::OperationState::Cancelled,
+    }
+}
+
+/// The domain form of a state; `None` for UNSPECIFIED.
+pub fn state_from_proto(state: pb::OperationState) -> Option<OperationState> {
+    Some(match state {
+        pb::OperationState::Unspecified => return None,
+        pb::OperationState::Received => OperationState::Received,
+        pb::OperationState::Signed => OperationState::Signed,
+        pb::OperationState::Sent => OperationState::Sent,
+        pb::OperationState::Confirmed => OperationState::Confirmed,
+        pb::OperationState::Rejected => OperationState::Rejected,
+        pb::OperationState::Cancelled => OperationState::Cancelled,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::intent::Kind;
+
+    fn rules() -> IntentRules {
+        IntentRules::default()
+    }
+
+    fn fields(result: Result<Intent, Vec<FieldViolation>>) -> Vec<String> {
+        result.unwrap_err().into_iter().map(|v| v.field).collect()
+    }
+
+    #[test]
+    fn every_broken_field_is_named() {
+        let intent = pb::Intent {
+            kind: Some(Kind::EvmTransfer(pb::EvmTransfer {
+                chain_id: 1,
+                from: "nope".into(),
+                to: "0x70997970c51812dc3a010c7d01b50e0d17dc79c8".into(),
+                value_wei: "-3".into(),
+            })),
+        };
+        assert_eq!(
+            fields(intent_from_proto("intent", Some(&intent), &rules())),
+            ["intent.evm_transfer.chain_id", "intent.evm_transfer.from", "intent.evm_transfer.value_wei"]
+        );
+        assert_eq!(fields(intent_from_proto("intent", None, &rules())), ["intent"]);
+        assert_eq!(
+            fields(intent_from_proto("intent", Some(&pb::Intent { kind: None }), &rules())),
+            ["intent"]
+        );
+    }
+
+    #[test]
+    fn nested_solana_paths() {
+        let good = "11111111111111111111111111111111";
+        let intent = pb::Intent {
+            kind: Some(Kind::SolanaInstructions(pb::SolanaInstructions {
+                cluster: "localnet".into(),
+                fee_payer: good.into(),
+                instructions: vec![pb::SolanaInstruction {
+                    program_id: good.into(),
+                    accounts: vec![
+                        pb::SolanaAccountMeta { pubkey: good.into(), is_signer: true, is_writable: true },
+                        pb::SolanaAccountMeta { pubkey: "bad!".into(), is_signer: false, is_writable: false },
+                    ],
+                    data: vec![1, 2],
+                }],
+            })),
+        };
+        assert_eq!(
+            fields(intent_from_proto("intent", Some(&intent), &rules())),
+            ["intent.solana_instructions.instructions[0].accounts[1].pubkey"]
+        );
+    }
+
+    #[test]
+    fn round_trip_is_canonical() {
+        let intent = pb::Intent {
+            kind: Some(Kind::EvmContractCall(pb::EvmContractCall {
+                chain_id: 31337,
+                from: "0xF39FD6E51AAD88F6F4CE6AB8827279CFFFB92266".into(),
+                to: "0x70997970c51812dc3a010c7d01b50e0d17dc79c8".into(),
+                data: vec![0xa9, 0x05, 0x9c, 0xbb],
+                value_wei: "".into(),
+                gas_limit: Some(50_000),
+            })),
+        };
+        let parsed = intent_from_proto("intent", Some(&intent), &rules()).unwrap();
+        let Some(Kind::EvmContractCall(back)) = intent_to_proto(&parsed).kind else { panic!() };
+        assert_eq!(back.from, "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");
+        assert_eq!(back.value_wei, "0");
+        assert_eq!(intent_from_proto("intent", Some(&intent_to_proto(&parsed)), &rules()).unwrap(), parsed);
+    }
+}

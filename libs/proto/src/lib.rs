@@ -1,0 +1,34 @@
+//! sigcast's gRPC contract as Rust: the code generated from `proto/` (the single definition of
+//! every message) and the mapping between those messages and the domain.
+//!
+//! Nothing here hand-copies a message. Parsing a request into domain values is where every
+//! field is validated, so every service rejects the same input with the same field names.
+
+mod convert;
+
+pub use convert::{
+    intent_from_proto, intent_to_proto, parse_op_id, state_from_proto, state_to_proto,
+    FieldViolation,
+};
+
+/// Generated code of the `sigcast.v1` and `sigcast.signer.v1` packages.
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+pub mod sigcast {
+    /// The public API.
+    pub mod v1 {
+        tonic::include_proto!("sigcast.v1");
+    }
+    /// The signer's internal API.
+    pub mod signer {
+        /// Version 1.
+        pub mod v1 {
+            tonic::include_proto!("sigcast.signer.v1");
+        }
+    }
+}
+
+pub use sigcast::v1 as pb;
+
+/// The encoded descriptors of every file in `proto/`, for gRPC server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/sigcast_descriptor.bin"));

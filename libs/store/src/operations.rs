@@ -1,0 +1,292 @@
+//! Operation records and their indexes, as transaction bodies over the KV layer.
+//!
+//! Layout under the store's root subspace:
+//! - `("op", op_id)` → the `sigcast.v1.Operation` message (protobuf: the contract is also the
+//!   record format, so it evolves by protobuf's compatibility rules);
+//! - `("by_account", chain, account, op_id)` → empty, for listing one account's operations;
+//! - `("by_state", state, op_id)` → empty, for listing by state and for resuming work.
+//!
+//! Every function here is a piece of one transaction and idempotent by op_id: running it
+//! again after a commit whose result was unknown finds its own effect and changes nothing.
+
+use crate::kv::{KvRead, KvTransaction};
+use crate::tuple::{self, Subspace};
+use crate::{Error, Result};
+use prost::Message;
+use sigcast_domain::{CancelEffect, OperationState};
+use sigcast_proto::{pb, state_from_proto, state_to_proto};
+use std::time::SystemTime;
+
+const RECORD: &str = "op";
+const BY_ACCOUNT: &str = "by_account";
+const BY_STATE: &str = "by_state";
+
+/// Most index entries one list call reads before returning a partial page, so a filter that
+/// matches rarely cannot make one call scan the whole store.
+const LIST_SCAN_BUDGET: usize = 10_000;
+
+fn record_key(root: &Subspace, op_id: &str) -> Vec<u8> {
+    root.pack(&(RECORD, op_id))
+}
+
+fn account_key(root: &Subspace, op: &pb::Operation) -> Vec<u8> {
+    root.pack(&(BY_ACCOUNT, op.chain.as_str(), op.account.as_str(), op.op_id.as_str()))
+}
+
+fn state_key(root: &Subspace, op: &pb::Operation) -> Vec<u8> {
+    root.pack(&(BY_STATE, i64::from(op.state), op.op_id.as_str()))
+}
+
+fn decode(key: &[u8], bytes: &[u8]) -> Result<pb::Operation> {
+    pb::Operation::decode(bytes).map_err(|e| Error::Corrupt {
+        what: "operation record",
+        key: hex_string(key),
+        reason: e.to_string(),
+    })
+}
+
+fn hex_string(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The stored operation with this op_id.
+pub fn get(tx: &mut dyn KvRead, root: &Subspace, op_id: &str) -> Result<Option<pb::Operation>> {
+    let key = record_key(root, op_id);
+    tx.get(&key)?.map(|bytes| decode(&key, &bytes)).transpose()
+}
+
+/// Writes an operation and keeps its index entries in step with `previous`, the version
+/// read in the same transaction. Sets `revision` and `update_time`.
+pub fn put(
+    tx: &mut dyn KvTransaction,
+    root: &Subspace,
+    previous: Option<&pb::Operation>,
+    op: &mut pb::Operation,
+    now: SystemTime,
+) -> Result<()> {
+    if let Some(old) = previous {
+        tx.clear(&state_key(root, old))?;
+        tx.clear(&account_key(root, old))?;
+    }
+    op.revision = previous.map_or(1, |old| old.revision + 1);
+    op.update_time = Some(now.into());
+    tx.set(&record_key(root, &op.op_id), &op.encode_to_vec())?;
+    tx.set(&state_key(root, op), &[])?;
+    tx.set(&account_key(root, op), &[])?;
+    Ok(())
+}
+
+/// What recording a submitted operation did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SubmitOutcome {
+    /// New op_id: recorded as given.
+    Created(pb::Operation),
+    /// Known op_id, same intent fingerprint: the stored operation; nothing written.
+    Replayed(pb::Operation),
+    /// Known op_id, another intent: the stored operation; nothing written.
+    Conflict(pb::Operation),
+}
+
+/// Compares a submitted operation with what is stored under its op_id.
+pub fn classify_submit(existing: pb::Operation, fingerprint: &str) -> SubmitOutcome {
+    if existing.intent_fingerprint == fingerprint {
+        SubmitOutcome::Replayed(existing)
+    } else {
+        SubmitOutcome::Conflict(existing)
+    }
+}
+
+/// Records `new` (state RECEIVED) unless its op_id exists. Idempotent: a re-run after an
+/// unknown commit finds the record and answers `Replayed`.
+pub fn submit(
+    tx: &mut dyn KvTransaction,
+    root: &Subspace,
+    mut new: pb::Operation,
+    now: SystemTime,
+) -> Result<SubmitOutcome> {
+    if let Some(existing) = get(tx, root, &new.op_id)? {
+        return Ok(classify_submit(existing, &new.intent_fingerprint));
+    }
+    new.create_time = Some(now.into());
+    put(tx, root, None, &mut new, now)?;
+    Ok(SubmitOutcome::Created(new))
+}
+
+/// What a cancel request did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CancelOutcome {
+    /// No operation with this op_id.
+    NotFound,
+    /// Not signed yet: now CANCELLED (or already was: cancelling again is a replay).
+    Cancelled(pb::Operation),
+    /// Signed: `cancel_requested` is set; the broadcaster replaces it on chain.
+    Requested(pb::Operation),
+    /// CONFIRMED or REJECTED: nothing to cancel.
+    Terminal(pb::Operation),
+}
+
+/// Cancels an operation, or asks for its on-chain cancel if it is signed.
+pub fn cancel(
+    tx: &mut dyn KvTransaction,
+    root: &Subspace,
+    op_id: &str,
+    now: SystemTime,
+) -> Result<CancelOutcome> {
+    let Some(stored) = get(tx, root, op_id)? else {
+        return Ok(CancelOutcome::NotFound);
+    };
+    let Some(state) = state_from_proto(stored.state()) else {
+        return Err(Error::Corrupt {
+            what: "operation state",
+            key: hex_string(&record_key(root, op_id)),
+            reason: "state is UNSPECIFIED".into(),
+        });
+    };
+    match state.cancel_effect() {
+        CancelEffect::CancelNow => {
+            let mut op = stored.clone();
+            op.set_state(state_to_proto(OperationState::Cancelled));
+            op.cancel_requested = true;
+            put(tx, root, Some(&stored), &mut op, now)?;
+            Ok(CancelOutcome::Cancelled(op))
+        }
+        CancelEffect::RequestOnChainCancel if stored.cancel_requested => Ok(CancelOutcome::Requested(stored)),
+        CancelEffect::RequestOnChainCancel => {
+            let mut op = stored.clone();
+            op.cancel_requested = true;
+            put(tx, root, Some(&stored), &mut op, now)?;
+            Ok(CancelOutcome::Requested(op))
+        }
+        CancelEffect::AlreadyTerminal if state == OperationState::Cancelled => Ok(CancelOutcome::Cancelled(stored)),
+        CancelEffect::AlreadyTerminal => Ok(CancelOutcome::Terminal(stored)),
+    }
+}
+
+/// Which operations to list. Empty fields match everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListFilter {
+    /// CAIP-2 chain.
+    pub chain: Option<String>,
+    /// Signing account, canonical form (needs `chain`).
+    pub account: Option<String>,
+    /// State.
+    pub state: Option<pb::OperationState>,
+}
+
+impl ListFilter {
+    fn matches(&self, op: &pb::Operation) -> bool {
+        self.chain.as_ref().is_none_or(|c| *c == op.chain)
+            && self.account.as_ref().is_none_or(|a| *a == op.account)
+            && self.state.is_none_or(|s| s == op.state())
+    }
+}
+
+/// A page of operations and where the next page starts.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Page {
+    /// The operations.
+    pub operations: Vec<pb::Operation>,
+    /// Opaque cursor for the next page (the last key read), `None` when the range is done.
+    pub next_cursor: Option<Vec<u8>>,
+}
+
+/// Why a list cursor was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the page token does not belong to this listing (the filter changed, or it was altered)")]
+pub struct BadCursor;
+
+/// Lists operations matching `filter`, in index order (op_id order within one chain/account
+/// or state), starting after `cursor`.
+pub fn list(
+    tx: &mut dyn KvRead,
+    root: &Subspace,
+    filter: &ListFilter,
+    cursor: Option<&[u8]>,
+    page_size: usize,
+) -> Result<Result<Page, BadCursor>> {
+    // The narrowest index for the filter; the rest of the filter is applied to each record.
+    let (begin, end, records_inline) = match (&filter.chain, &filter.account, filter.state) {
+        (Some(chain), Some(account), _) => {
+            let (b, e) = root.subspace(&(BY_ACCOUNT, chain.as_str(), account.as_str())).range();
+            (b, e, false)
+        }
+        (_, _, Some(state)) => {
+            let (b, e) = root.subspace(&(BY_STATE, i64::from(state as i32))).range();
+            (b, e, false)
+        }
+        (Some(chain), None, None) => {
+            let (b, e) = root.subspace(&(BY_ACCOUNT, chain.as_str())).range();
+            (b, e, false)
+        }
+        _ => {
+            let (b, e) = root.subspace(&(RECORD,)).range();
+            (b, e, true)
+        }
+    };
+    let mut from = match cursor {
+        None => begin.clone(),
+        Some(last) if last >= begin.as_slice() && last < end.as_slice() => {
+            let mut next = last.to_vec();
+            next.push(0);
+            next
+        }
+        Some(_) => return Ok(Err(BadCursor)),
+    };
+    let mut page = Page::default();
+    let mut scanned = 0;
+    while page.operations.len() < page_size {
+        if scanned >= LIST_SCAN_BUDGET {
+            return Ok(Ok(page));
+        }
+        let chunk = (page_size - page.operations.len()).clamp(16, 512);
+        let rows = tx.get_range(&from, &end, chunk, false)?;
+        let exhausted = rows.len() < chunk;
+        for (key, value) in rows {
+            scanned += 1;
+            let op = if records_inline {
+                decode(&key, &value)?
+            } else {
+                let op_id = index_op_id(&key)?;
+                match get(tx, root, &op_id)? {
+                    Some(op) => op,
+                    None => continue,
+                }
+            };
+            if filter.matches(&op) {
+                page.operations.push(op);
+            }
+            from = key.clone();
+            from.push(0);
+            page.next_cursor = Some(key);
+            if page.operations.len() == page_size {
+                break;
+            }
+        }
+        if exhausted && page.operations.len() < page_size {
+            page.next_cursor = None;
+            return Ok(Ok(page));
+        }
+    }
+    // A full page: there may be more. Probe one key so the last page carries no token.
+    if let Some(last) = &page.next_cursor {
+        let mut after = last.clone();
+        after.push(0);
+        if tx.get_range(&after, &end, 1, false)?.is_empty() {
+            page.next_cursor = None;
+        }
+    }
+    Ok(Ok(page))
+}
+
+/// The op_id at the end of an index key: the last element of its tuple.
+fn index_op_id(key: &[u8]) -> Result<String> {
+    let elements: Vec<tuple::Element<'_>> = tuple::unpack(key).map_err(|e| Error::Corrupt {
+        what: "index key",
+        key: hex_string(key),
+        reason: e.to_string(),
+    })?;
+    match elements.last() {
+        Some(tuple::Element::String(s)) => Ok(s.to_string()),
+        _ => Err(Error::Corrupt { what: "index key", key: hex_string(key), reason: "no op_id at its end".into() }),
+    }
+}

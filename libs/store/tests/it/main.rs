@@ -9,6 +9,7 @@ mod operations;
 use sigcast_store::{Backend, Store, StoreConfig};
 use std::path::PathBuf;
 
+
 /// A store for one test, with whatever must outlive it.
 pub(crate) struct TestStore {
     pub(crate) store: Store,
@@ -18,7 +19,7 @@ pub(crate) struct TestStore {
 
 impl Drop for TestStore {
     fn drop(&mut self) {
-        if matches!(self.config.backend, Backend::Fdb { .. }) {
+        if self.config.backend == Backend::Fdb {
             let (begin, end) = self.store.root().range();
             let _ = self.store.run(|tx| tx.clear_range(&begin, &end));
         }
@@ -34,10 +35,7 @@ fn fdb_cluster_file() -> Option<PathBuf> {
 pub(crate) fn test_store(name: &str) -> TestStore {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut config = match fdb_cluster_file() {
-        Some(cluster_file) => StoreConfig {
-            backend: Backend::Fdb { cluster_file: Some(cluster_file) },
-            ..StoreConfig::default()
-        },
+        Some(cluster_file) => StoreConfig::fdb(Some(cluster_file)),
         None => StoreConfig::sqlite(dir.path().join("store.db")),
     };
     config.namespace = format!("test-{name}-{}-{}", std::process::id(), unique());

@@ -14,10 +14,10 @@ const INCREMENTS: usize = 1_000;
 #[test]
 fn four_processes_increment_one_counter_exactly() {
     let t = test_store("multiprocess");
-    let (backend, location) = match &t.config.backend {
-        Backend::Sqlite { path, .. } => ("sqlite", path.display().to_string()),
-        Backend::Fdb { cluster_file } => {
-            ("fdb", cluster_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default())
+    let (backend, location) = match t.config.backend {
+        Backend::Sqlite => ("sqlite", t.config.path.display().to_string()),
+        Backend::Fdb => {
+            ("fdb", t.config.cluster_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default())
         }
     };
     let children: Vec<_> = (0..PROCESSES)
@@ -44,10 +44,7 @@ fn child_increments() {
     let (backend, location, namespace) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
     let mut config = match backend {
         "sqlite" => StoreConfig::sqlite(location),
-        _ => StoreConfig {
-            backend: Backend::Fdb { cluster_file: Some(location.into()) },
-            ..StoreConfig::default()
-        },
+        _ => StoreConfig::fdb(Some(location.into())),
     };
     config.namespace = namespace.to_owned();
     let store = Store::open(&config).unwrap();

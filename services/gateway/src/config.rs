@@ -1,0 +1,196 @@
+//! Gateway configuration: defaults, then a TOML file, then `SIGCAST_GATEWAY__*` environment
+//! variables (`__` separates levels: `SIGCAST_GATEWAY__STORE__PATH=/data/sigcast.db`).
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+use sigcast_domain::IntentRules;
+use sigcast_store::StoreConfig;
+use sigcast_telemetry::LogConfig;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// Prefix of the environment variables that override the file.
+pub const ENV_PREFIX: &str = "SIGCAST_GATEWAY__";
+
+/// Everything the gateway needs to run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address the gRPC server listens on.
+    pub listen: SocketAddr,
+    /// The store shared with the signer and broadcaster.
+    pub store: StoreConfig,
+    /// Chains this deployment accepts operations for.
+    pub chains: ChainsConfig,
+    /// Request limits.
+    pub limits: LimitsConfig,
+    /// How often a WatchOperation stream re-reads its operation, in milliseconds.
+    pub watch_poll_ms: u64,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+/// Chains accepted at submit; anything else is INVALID_ARGUMENT.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChainsConfig {
+    /// EIP-155 chain ids.
+    pub evm_chain_ids: Vec<u64>,
+    /// Solana cluster names.
+    pub solana_clusters: Vec<String>,
+}
+
+/// Size limits on what callers send.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Largest gRPC request message accepted, in bytes; larger ones get RESOURCE_EXHAUSTED.
+    pub max_request_bytes: usize,
+    /// Largest EVM call data accepted, in bytes.
+    pub max_evm_call_data_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 50051)),
+            store: StoreConfig::default(),
+            chains: ChainsConfig::default(),
+            limits: LimitsConfig::default(),
+            watch_poll_ms: 200,
+            log: LogConfig::default(),
+        }
+    }
+}
+
+impl Default for ChainsConfig {
+    fn default() -> Self {
+        let rules = IntentRules::default();
+        Self {
+            evm_chain_ids: rules.evm_chain_ids.into_iter().collect(),
+            solana_clusters: rules.solana_clusters.into_iter().collect(),
+        }
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self { max_request_bytes: 1024 * 1024, max_evm_call_data_bytes: IntentRules::default().max_evm_call_data }
+    }
+}
+
+/// A configuration that cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file or environment did not parse.
+    #[error("reading configuration: {0}")]
+    Load(#[from] Box<figment::Error>),
+    /// A value is out of range.
+    #[error("configuration value {field}: {rule}")]
+    Invalid {
+        /// Which setting.
+        field: &'static str,
+        /// What it must be.
+        rule: String,
+    },
+}
+
+impl Config {
+    /// Defaults, overridden by `file` (if given) and then by the environment.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(file) = file {
+            if !file.exists() {
+                return Err(ConfigError::Invalid {
+                    field: "--config",
+                    rule: format!("file {} does not exist", file.display()),
+                });
+            }
+            figment = figment.merge(Toml::file(file));
+        }
+        let config: Config = figment.merge(Env::prefixed(ENV_PREFIX).split("__")).extract().map_err(Box::new)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks values that parse but cannot work.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, rule: &str| Err(ConfigError::Invalid { field, rule: rule.to_owned() });
+        if self.chains.evm_chain_ids.is_empty() && self.chains.solana_clusters.is_empty() {
+            return invalid("chains", "at least one EVM chain id or Solana cluster is required");
+        }
+        if self.limits.max_request_bytes < 4096 {
+            return invalid("limits.max_request_bytes", "must be at least 4096");
+        }
+        if self.limits.max_evm_call_data_bytes >= self.limits.max_request_bytes {
+            return invalid("limits.max_evm_call_data_bytes", "must be below limits.max_request_bytes");
+        }
+        if !(10..=60_000).contains(&self.watch_poll_ms) {
+            return invalid("watch_poll_ms", "must be 10 to 60000");
+        }
+        if self.store.max_concurrency == 0 {
+            return invalid("store.max_concurrency", "must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The intent rules this configuration implies.
+    pub fn intent_rules(&self) -> IntentRules {
+        IntentRules {
+            evm_chain_ids: self.chains.evm_chain_ids.iter().copied().collect(),
+            solana_clusters: self.chains.solana_clusters.iter().cloned().collect(),
+            max_evm_call_data: self.limits.max_evm_call_data_bytes,
+        }
+    }
+
+    /// The watch poll interval.
+    pub fn watch_poll(&self) -> Duration {
+        Duration::from_millis(self.watch_poll_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_then_env_override_defaults() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "gateway.toml",
+                r#"
+                    listen = "127.0.0.1:6000"
+                    [store]
+                    backend = "sqlite"
+                    path = "/tmp/x.db"
+                    [chains]
+                    evm_chain_ids = [1, 31337]
+                "#,
+            )?;
+            jail.set_env("SIGCAST_GATEWAY__LISTEN", "127.0.0.1:7000");
+            jail.set_env("SIGCAST_GATEWAY__LIMITS__MAX_EVM_CALL_DATA_BYTES", "1000");
+            let config = Config::load(Some(Path::new("gateway.toml"))).unwrap();
+            assert_eq!(config.listen, "127.0.0.1:7000".parse().unwrap());
+            assert_eq!(config.chains.evm_chain_ids, [1, 31337]);
+            assert_eq!(config.limits.max_evm_call_data_bytes, 1000);
+            assert_eq!(config.store, StoreConfig::sqlite("/tmp/x.db"));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("bad.toml", "watch_poll_ms = 1")?;
+            let err = Config::load(Some(Path::new("bad.toml"))).unwrap_err();
+            assert!(err.to_string().contains("watch_poll_ms"), "{err}");
+            jail.create_file("typo.toml", "listne = \"127.0.0.1:1\"")?;
+            let err = Config::load(Some(Path::new("typo.toml"))).unwrap_err();
+            assert!(err.to_string().contains("listne"), "{err}");
+            assert!(Config::load(Some(Path::new("missing.toml"))).is_err());
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,109 @@
+//! The one place where the gateway's errors become gRPC statuses, each with its code, a
+//! message a person can act on, and the standard detail a program can read.
+
+use sigcast_proto::{FieldViolation, pb};
+use std::collections::HashMap;
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// Why a gateway call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request broke one or more field rules.
+    #[error("invalid request: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    InvalidArgument(Vec<FieldViolation>),
+    /// The op_id is taken by another intent.
+    #[error(
+        "op_id {op_id:?} already names an operation with a different intent (stored fingerprint {stored}, \
+         submitted {submitted}); nothing was changed. Use a new op_id for a new intent."
+    )]
+    OpIdConflict {
+        /// The op_id.
+        op_id: String,
+        /// Fingerprint of the stored intent.
+        stored: String,
+        /// Fingerprint of the submitted intent.
+        submitted: String,
+    },
+    /// No such operation.
+    #[error("no operation with op_id {0:?}")]
+    NotFound(String),
+    /// The operation is in a state that forbids the call.
+    #[error("operation {op_id:?} is {state}: {why}")]
+    FailedPrecondition {
+        /// The op_id.
+        op_id: String,
+        /// Its state name.
+        state: String,
+        /// What that means for the call.
+        why: &'static str,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] sigcast_store::Error),
+}
+
+impl Error {
+    /// A single broken field.
+    pub(crate) fn invalid(violation: FieldViolation) -> Self {
+        Self::InvalidArgument(vec![violation])
+    }
+}
+
+/// Result of gateway calls.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<Error> for Status {
+    fn from(error: Error) -> Status {
+        let message = error.to_string();
+        match error {
+            Error::InvalidArgument(violations) => {
+                let details = ErrorDetails::with_bad_request(
+                    violations
+                        .into_iter()
+                        .map(|v| tonic_types::FieldViolation::new(v.field, v.rule.0))
+                        .collect::<Vec<_>>(),
+                );
+                Status::with_error_details(Code::InvalidArgument, message, details)
+            }
+            Error::OpIdConflict { op_id, stored, submitted } => {
+                let metadata = HashMap::from([
+                    ("op_id".to_owned(), op_id),
+                    ("stored_fingerprint".to_owned(), stored),
+                    ("submitted_fingerprint".to_owned(), submitted),
+                ]);
+                let details = ErrorDetails::with_error_info("OP_ID_CONFLICT", "sigcast", metadata);
+                Status::with_error_details(Code::AlreadyExists, message, details)
+            }
+            Error::NotFound(_) => Status::not_found(message),
+            Error::FailedPrecondition { op_id, state, .. } => {
+                let details = ErrorDetails::with_precondition_failure_violation("STATE", op_id, state);
+                Status::with_error_details(Code::FailedPrecondition, message, details)
+            }
+            Error::Store(store_error) => store_status(store_error),
+        }
+    }
+}
+
+fn store_status(error: sigcast_store::Error) -> Status {
+    use sigcast_store::Error as E;
+    match &error {
+        // Data this version cannot read is not something a retry fixes.
+        E::Corrupt { .. } => {
+            tracing::error!(%error, "store holds an unreadable record");
+            Status::internal(format!("the store holds a record this version cannot read: {error}"))
+        }
+        _ => {
+            tracing::warn!(%error, "store unavailable");
+            Status::unavailable(format!(
+                "the store is unavailable ({error}); retry with the same op_id: either nothing was \
+                 accepted, or the accept is durable and the retry replays it"
+            ))
+        }
+    }
+}
+
+/// The name of a state as the API spells it, for messages.
+pub(crate) fn state_name(op: &pb::Operation) -> String {
+    op.state().as_str_name().to_owned()
+}

@@ -1,0 +1,275 @@
+//! gRPC handlers: protobuf in, domain decisions through the store, protobuf out.
+
+use crate::error::{Error, Result, state_name};
+use sigcast_domain::{Chain, EvmAddress, IntentRules, SolanaPubkey};
+use sigcast_proto::sigcast::v1::operation_service_server::OperationService;
+use sigcast_proto::{FieldViolation, intent_from_proto, intent_to_proto, parse_op_id, pb, state_to_proto};
+use sigcast_store::Store;
+use sigcast_store::operations::{self, CancelOutcome, ListFilter, SubmitOutcome};
+use std::pin::Pin;
+use std::time::{Duration, SystemTime};
+use tokio::sync::watch;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+/// Page size when the request leaves it 0.
+const DEFAULT_PAGE_SIZE: u32 = 100;
+/// Largest page size.
+const MAX_PAGE_SIZE: u32 = 1000;
+
+/// The OperationService implementation.
+#[derive(Clone)]
+pub struct Gateway {
+    store: Store,
+    rules: IntentRules,
+    watch_poll: Duration,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Gateway {
+    /// A gateway over `store`, accepting intents within `rules`. Watch streams re-read their
+    /// operation every `watch_poll` and end when `shutdown` turns true.
+    pub fn new(store: Store, rules: IntentRules, watch_poll: Duration, shutdown: watch::Receiver<bool>) -> Self {
+        Self { store, rules, watch_poll, shutdown }
+    }
+
+    async fn submit(&self, request: pb::SubmitOperationRequest) -> Result<pb::SubmitOperationResponse> {
+        let op_id = parse_op_id("op_id", &request.op_id);
+        let intent = intent_from_proto("intent", request.intent.as_ref(), &self.rules);
+        let (op_id, intent) = match (op_id, intent) {
+            (Ok(op_id), Ok(intent)) => (op_id, intent),
+            (op_id, intent) => {
+                let mut violations: Vec<FieldViolation> = op_id.err().into_iter().collect();
+                violations.extend(intent.err().unwrap_or_default());
+                return Err(Error::InvalidArgument(violations));
+            }
+        };
+        let fingerprint = intent.fingerprint().to_string();
+        let root = self.store.root().clone();
+
+        // A replay is answered from one snapshot read, without taking the write lock.
+        let lookup_id = op_id.to_string();
+        let lookup_root = root.clone();
+        let existing = self.store.read_async(move |tx| operations::get(tx, &lookup_root, &lookup_id)).await?;
+        let outcome = match existing {
+            Some(stored) => operations::classify_submit(stored, &fingerprint),
+            None => {
+                let new = pb::Operation {
+                    op_id: op_id.to_string(),
+                    intent: Some(intent_to_proto(&intent)),
+                    intent_fingerprint: fingerprint.clone(),
+                    state: state_to_proto(sigcast_domain::OperationState::Received).into(),
+                    chain: intent.chain().to_string(),
+                    account: intent.account(),
+                    ..Default::default()
+                };
+                let now = SystemTime::now();
+                self.store.run_async(move |tx| operations::submit(tx, &root, new.clone(), now)).await?
+            }
+        };
+        match outcome {
+            SubmitOutcome::Created(operation) => {
+                tracing::info!(op.id = %op_id, chain = %operation.chain, account = %operation.account, "operation received");
+                Ok(pb::SubmitOperationResponse { operation: Some(operation), replayed: false })
+            }
+            SubmitOutcome::Replayed(operation) => {
+                tracing::debug!(op.id = %op_id, "replayed submit");
+                Ok(pb::SubmitOperationResponse { operation: Some(operation), replayed: true })
+            }
+            SubmitOutcome::Conflict(stored) => {
+                tracing::info!(op.id = %op_id, "op_id conflict refused");
+                Err(Error::OpIdConflict {
+                    op_id: op_id.to_string(),
+                    stored: stored.intent_fingerprint,
+                    submitted: fingerprint,
+                })
+            }
+        }
+    }
+
+    async fn get(&self, op_id: &str) -> Result<pb::Operation> {
+        let op_id = parse_op_id("op_id", op_id).map_err(Error::invalid)?.to_string();
+        let root = self.store.root().clone();
+        let id = op_id.clone();
+        self.store
+            .read_async(move |tx| operations::get(tx, &root, &id))
+            .await?
+            .ok_or(Error::NotFound(op_id))
+    }
+
+    async fn list(&self, request: pb::ListOperationsRequest) -> Result<pb::ListOperationsResponse> {
+        let mut violations = Vec::new();
+        let mut violation = |field: &str, rule: String| {
+            violations.push(FieldViolation { field: field.into(), rule: sigcast_domain::Rule(rule) })
+        };
+        let chain = match request.chain.as_str() {
+            "" => None,
+            text => Chain::parse(text).map_err(|rule| violation("chain", rule.0)).ok(),
+        };
+        let account = match (request.account.as_str(), &chain) {
+            ("", _) => None,
+            (_, None) if request.chain.is_empty() => {
+                violation("account", "requires chain to be set".into());
+                None
+            }
+            (_, None) => None,
+            (text, Some(Chain::Evm { .. })) => {
+                EvmAddress::parse(text).map(|a| a.to_string()).map_err(|rule| violation("account", rule.0)).ok()
+            }
+            (text, Some(Chain::Solana { .. })) => {
+                SolanaPubkey::parse(text).map(|a| a.to_string()).map_err(|rule| violation("account", rule.0)).ok()
+            }
+        };
+        let state = match pb::OperationState::try_from(request.state) {
+            Ok(pb::OperationState::Unspecified) => None,
+            Ok(state) => Some(state),
+            Err(_) => {
+                violation("state", format!("unknown state {}", request.state));
+                None
+            }
+        };
+        let page_size = match request.page_size {
+            0 => DEFAULT_PAGE_SIZE,
+            n if n <= MAX_PAGE_SIZE => n,
+            n => {
+                violation("page_size", format!("must be at most {MAX_PAGE_SIZE} (got {n})"));
+                0
+            }
+        };
+        let cursor = match request.page_token.as_str() {
+            "" => None,
+            token => hex::decode(token)
+                .map_err(|_| violation("page_token", "is not a token this service issued".into()))
+                .ok(),
+        };
+        if !violations.is_empty() {
+            return Err(Error::InvalidArgument(violations));
+        }
+        let filter = ListFilter { chain: chain.map(|c| c.to_string()), account, state };
+        let root = self.store.root().clone();
+        let page = self
+            .store
+            .read_async(move |tx| operations::list(tx, &root, &filter, cursor.as_deref(), page_size as usize))
+            .await?
+            .map_err(|bad| {
+                Error::invalid(FieldViolation { field: "page_token".into(), rule: sigcast_domain::Rule(bad.to_string()) })
+            })?;
+        Ok(pb::ListOperationsResponse {
+            operations: page.operations,
+            next_page_token: page.next_cursor.map(hex::encode).unwrap_or_default(),
+        })
+    }
+
+    async fn cancel(&self, op_id: &str) -> Result<pb::Operation> {
+        let op_id = parse_op_id("op_id", op_id).map_err(Error::invalid)?.to_string();
+        let root = self.store.root().clone();
+        let id = op_id.clone();
+        let now = SystemTime::now();
+        match self.store.run_async(move |tx| operations::cancel(tx, &root, &id, now)).await? {
+            CancelOutcome::NotFound => Err(Error::NotFound(op_id)),
+            CancelOutcome::Cancelled(op) => {
+                tracing::info!(op.id = %op_id, "operation cancelled before signing");
+                Ok(op)
+            }
+            CancelOutcome::Requested(op) => {
+                tracing::info!(op.id = %op_id, "on-chain cancel requested");
+                Ok(op)
+            }
+            CancelOutcome::Terminal(op) => Err(Error::FailedPrecondition {
+                state: state_name(&op),
+                op_id,
+                why: "it is terminal; only operations not yet confirmed or rejected can be cancelled",
+            }),
+        }
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchOperationResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl OperationService for Gateway {
+    async fn submit_operation(
+        &self,
+        request: Request<pb::SubmitOperationRequest>,
+    ) -> Result<Response<pb::SubmitOperationResponse>, Status> {
+        Ok(Response::new(self.submit(request.into_inner()).await?))
+    }
+
+    async fn get_operation(
+        &self,
+        request: Request<pb::GetOperationRequest>,
+    ) -> Result<Response<pb::GetOperationResponse>, Status> {
+        let operation = self.get(&request.get_ref().op_id).await?;
+        Ok(Response::new(pb::GetOperationResponse { operation: Some(operation) }))
+    }
+
+    type WatchOperationStream = WatchStream;
+
+    async fn watch_operation(
+        &self,
+        request: Request<pb::WatchOperationRequest>,
+    ) -> Result<Response<Self::WatchOperationStream>, Status> {
+        let first = self.get(&request.get_ref().op_id).await?;
+        let (sender, receiver) = tokio::sync::mpsc::channel(4);
+        let gateway = self.clone();
+        tokio::spawn(async move { gateway.follow(first, sender).await });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver))))
+    }
+
+    async fn list_operations(
+        &self,
+        request: Request<pb::ListOperationsRequest>,
+    ) -> Result<Response<pb::ListOperationsResponse>, Status> {
+        Ok(Response::new(self.list(request.into_inner()).await?))
+    }
+
+    async fn cancel_operation(
+        &self,
+        request: Request<pb::CancelOperationRequest>,
+    ) -> Result<Response<pb::CancelOperationResponse>, Status> {
+        let operation = self.cancel(&request.get_ref().op_id).await?;
+        Ok(Response::new(pb::CancelOperationResponse { operation: Some(operation) }))
+    }
+}
+
+impl Gateway {
+    /// Sends `op` and every later revision of it until it is terminal, the caller goes away
+    /// or the server shuts down. Polls the store: the signer and broadcaster, which change
+    /// operations, may be other processes.
+    async fn follow(
+        self,
+        mut op: pb::Operation,
+        sender: tokio::sync::mpsc::Sender<Result<pb::WatchOperationResponse, Status>>,
+    ) {
+        let mut shutdown = self.shutdown.clone();
+        loop {
+            let terminal = sigcast_proto::state_from_proto(op.state()).is_none_or(|s| s.is_terminal());
+            let revision = op.revision;
+            if sender.send(Ok(pb::WatchOperationResponse { operation: Some(op.clone()) })).await.is_err() || terminal {
+                return;
+            }
+            loop {
+                let stopping = tokio::select! {
+                    _ = tokio::time::sleep(self.watch_poll) => false,
+                    _ = sender.closed() => return,
+                    stop = shutdown.wait_for(|stop| *stop) => stop.is_ok(),
+                };
+                if stopping {
+                    let _ = sender.send(Err(Status::unavailable("the gateway is shutting down; watch again"))).await;
+                    return;
+                }
+                match self.get(&op.op_id).await {
+                    Ok(latest) if latest.revision != revision => {
+                        op = latest;
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        let _ = sender.send(Err(error.into())).await;
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! The sigcast gateway: the public gRPC API. It validates every request, records operations
+//! idempotently by op_id in the store, and answers reads, watches, lists and cancels from it.
+//!
+//! It never holds key material and never talks to a chain: the signer and the broadcaster do
+//! that, reading the operations this service records.
+
+pub mod config;
+mod error;
+mod grpc;
+
+pub use config::Config;
+pub use error::{Error, Result};
+pub use grpc::Gateway;
+
+use sigcast_proto::sigcast::v1::operation_service_server::OperationServiceServer;
+use sigcast_store::Store;
+use std::future::Future;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+/// Server reflection over our API, health, and the `google.rpc` error details, so grpcurl
+/// needs no proto files and prints BadRequest / ErrorInfo details decoded. Both protocol
+/// versions are served: grpcurl 1.8 speaks v1alpha, newer clients v1.
+fn reflection() -> tonic_reflection::server::Builder<'static> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(sigcast_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+}
+
+/// Serves the gateway on `listener` until `shutdown` completes, then stops accepting calls,
+/// ends open watch streams and waits for in-flight calls to finish.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let store = Store::open(&config.store)?;
+    let (stop_watches, watches_stopped) = tokio::sync::watch::channel(false);
+    let gateway = Gateway::new(store, config.intent_rules(), config.watch_poll(), watches_stopped);
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<OperationServiceServer<Gateway>>().await;
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
+    let operations = OperationServiceServer::new(gateway)
+        .max_decoding_message_size(config.limits.max_request_bytes);
+
+    tracing::info!(listen = %listener.local_addr()?, "gateway serving");
+    let health_on_stop = health.clone();
+    let shutdown = async move {
+        shutdown.await;
+        tracing::info!("shutting down: refusing new calls, ending watches");
+        health_on_stop.set_not_serving::<OperationServiceServer<Gateway>>().await;
+        let _ = stop_watches.send(true);
+    };
+    tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(operations)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await?;
+    tracing::info!("gateway stopped");
+    Ok(())
+}

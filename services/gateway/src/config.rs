@@ -46,7 +46,7 @@ pub struct ChainsConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
-    /// Largest gRPC request message accepted, in bytes; larger ones get RESOURCE_EXHAUSTED.
+    /// Largest gRPC request message accepted, in bytes; larger ones get OUT_OF_RANGE.
     pub max_request_bytes: usize,
     /// Largest EVM call data accepted, in bytes.
     pub max_evm_call_data_bytes: usize,

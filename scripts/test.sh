@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs every check and test of sigcast on a fresh machine: installs what is missing
+# (scripts/install-deps.sh), then lints the contract, lints and checks the Rust code (with
+# the FoundationDB backend compiled in), and runs the whole test suite.
+#
+# Builds go to $CARGO_TARGET_DIR, by default ~/.cache/sigcast/target, outside the clone, so a
+# later clone on the same machine reuses them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+eval "$(bash scripts/install-deps.sh --env)"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sigcast/target}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+step "buf lint"
+buf lint
+
+step "buf breaking"
+# Against the main branch as fetched (origin/main) when it differs from what is checked out;
+# otherwise against the previous commit, so a commit that breaks the contract is caught.
+against=""
+if git rev-parse -q --verify origin/main >/dev/null && [ "$(git rev-parse origin/main)" != "$(git rev-parse HEAD)" ]; then
+  against="origin/main"
+elif git rev-parse -q --verify HEAD~1 >/dev/null; then
+  against="HEAD~1"
+fi
+if [ -n "$against" ] && git ls-tree -r --name-only "$against" -- buf.yaml | grep -q .; then
+  buf breaking --against ".git#ref=$(git rev-parse "$against")"
+else
+  echo "no earlier contract to compare with" >&2
+fi
+
+step "cargo clippy (all targets, warnings are errors)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo check with the FoundationDB backend"
+cargo check -p sigcast-store --features fdb --all-targets --locked
+
+step "cargo test"
+cargo test --workspace --locked

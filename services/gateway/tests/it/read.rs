@@ -1,0 +1,151 @@
+//! GetOperation, ListOperations, WatchOperation and CancelOperation.
+
+use crate::{ALICE, Rig, transfer};
+use sigcast_proto::pb;
+use sigcast_store::operations;
+use std::time::SystemTime;
+use tokio_stream::StreamExt;
+use tonic::Code;
+
+#[tokio::test]
+async fn unknown_op_ids_are_not_found_and_bad_ones_invalid() {
+    let rig = Rig::start().await;
+    let mut client = rig.client.clone();
+    let status = client.get_operation(pb::GetOperationRequest { op_id: "nope".into() }).await.unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+    assert!(status.message().contains("nope"));
+    let status = client.get_operation(pb::GetOperationRequest { op_id: "".into() }).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    let status = client.cancel_operation(pb::CancelOperationRequest { op_id: "nope".into() }).await.unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+    let status = client.watch_operation(pb::WatchOperationRequest { op_id: "nope".into() }).await.unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+}
+
+#[tokio::test]
+async fn list_pages_and_filters() {
+    let rig = Rig::start().await;
+    let mut client = rig.client.clone();
+    for i in 0..12 {
+        client.submit_operation(transfer(&format!("op-{i:02}"), &i.to_string())).await.unwrap();
+    }
+    client.cancel_operation(pb::CancelOperationRequest { op_id: "op-05".into() }).await.unwrap();
+
+    let mut seen = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .list_operations(pb::ListOperationsRequest { page_size: 5, page_token, ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner();
+        seen.extend(page.operations.into_iter().map(|op| op.op_id));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    assert_eq!(seen, (0..12).map(|i| format!("op-{i:02}")).collect::<Vec<_>>());
+
+    let by_account = client
+        .list_operations(pb::ListOperationsRequest {
+            chain: "eip155:31337".into(),
+            account: ALICE.to_lowercase(),
+            state: pb::OperationState::Cancelled.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(by_account.operations.iter().map(|o| o.op_id.as_str()).collect::<Vec<_>>(), ["op-05"]);
+
+    for (request, field) in [
+        (pb::ListOperationsRequest { chain: "bitcoin".into(), ..Default::default() }, "chain"),
+        (pb::ListOperationsRequest { account: ALICE.into(), ..Default::default() }, "account"),
+        (pb::ListOperationsRequest { page_size: 1001, ..Default::default() }, "page_size"),
+        (pb::ListOperationsRequest { page_token: "zz".into(), ..Default::default() }, "page_token"),
+        (pb::ListOperationsRequest { page_token: "00".into(), ..Default::default() }, "page_token"),
+        (pb::ListOperationsRequest { state: 99, ..Default::default() }, "state"),
+    ] {
+        let status = client.list_operations(request).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{field}");
+        assert!(status.message().contains(field), "{field}: {}", status.message());
+    }
+}
+
+#[tokio::test]
+async fn watch_streams_changes_until_terminal() {
+    let rig = Rig::start().await;
+    let mut client = rig.client.clone();
+    client.submit_operation(transfer("watched", "1")).await.unwrap();
+    let mut stream = client
+        .watch_operation(pb::WatchOperationRequest { op_id: "watched".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.next().await.unwrap().unwrap().operation.unwrap();
+    assert_eq!(first.state(), pb::OperationState::Received);
+
+    // Another process (here: another store handle) moves the operation on.
+    let store = rig.store();
+    let root = store.root().clone();
+    store
+        .run(|tx| {
+            let old = operations::get(tx, &root, "watched")?.unwrap();
+            let mut op = old.clone();
+            op.set_state(pb::OperationState::Signed);
+            op.signing = Some(pb::operation::Signing::Evm(pb::EvmSigning { nonce: 7 }));
+            operations::put(tx, &root, Some(&old), &mut op, SystemTime::now())
+        })
+        .unwrap();
+    let second = stream.next().await.unwrap().unwrap().operation.unwrap();
+    assert_eq!(second.state(), pb::OperationState::Signed);
+    assert_eq!(second.revision, first.revision + 1);
+
+    // Signed: cancel is only requested; then it lands and the watch ends.
+    let requested = client
+        .cancel_operation(pb::CancelOperationRequest { op_id: "watched".into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .operation
+        .unwrap();
+    assert!(requested.cancel_requested);
+    assert_eq!(requested.state(), pb::OperationState::Signed);
+    let third = stream.next().await.unwrap().unwrap().operation.unwrap();
+    assert!(third.cancel_requested);
+    store
+        .run(|tx| {
+            let old = operations::get(tx, &root, "watched")?.unwrap();
+            let mut op = old.clone();
+            op.set_state(pb::OperationState::Confirmed);
+            operations::put(tx, &root, Some(&old), &mut op, SystemTime::now())
+        })
+        .unwrap();
+    let last = stream.next().await.unwrap().unwrap().operation.unwrap();
+    assert_eq!(last.state(), pb::OperationState::Confirmed);
+    assert!(stream.next().await.is_none(), "the stream ends after a terminal state");
+
+    let status = client
+        .cancel_operation(pb::CancelOperationRequest { op_id: "watched".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert!(status.message().contains("OPERATION_STATE_CONFIRMED"), "{}", status.message());
+}
+
+#[tokio::test]
+async fn cancel_before_signing_is_immediate_and_idempotent() {
+    let rig = Rig::start().await;
+    let mut client = rig.client.clone();
+    client.submit_operation(transfer("to-cancel", "1")).await.unwrap();
+    let cancel = pb::CancelOperationRequest { op_id: "to-cancel".into() };
+    let first = client.cancel_operation(cancel.clone()).await.unwrap().into_inner().operation.unwrap();
+    assert_eq!(first.state(), pb::OperationState::Cancelled);
+    let again = client.cancel_operation(cancel).await.unwrap().into_inner().operation.unwrap();
+    assert_eq!(again, first, "a retried cancel returns the same operation");
+    // Resubmitting the cancelled op_id replays it; it is not revived.
+    let replay = client.submit_operation(transfer("to-cancel", "1")).await.unwrap().into_inner();
+    assert!(replay.replayed);
+    assert_eq!(replay.operation.unwrap().state(), pb::OperationState::Cancelled);
+}

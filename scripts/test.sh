@@ -37,5 +37,11 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo check with the FoundationDB backend"
 cargo check -p sigcast-store --features fdb --all-targets --locked
 
-step "cargo test"
-cargo test --workspace --locked
+step "tests"
+# cargo-nextest ships with the machine's toolchain; it runs each test in its own process and
+# ends with one summary line. Plain cargo test where it is missing.
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --locked --no-fail-fast
+else
+  cargo test --workspace --locked --no-fail-fast
+fi

@@ -152,6 +152,8 @@ impl Config {
 }
 
 #[cfg(test)]
+// figment's Jail fixes the closures' error type to its own (large) figment::Error.
+#[allow(clippy::result_large_err)]
 mod tests {
     use super::*;
 

@@ -1,12 +1,10 @@
-//! Several processes sharing one store: each increments one counter in its own transactions.
-//!
-//! The children are this test binary run again with `SIGCAST_STORE_CHILD` set, so they run
-//! exactly the store code under test.
+//! Several processes sharing one store, each incrementing one counter in its own
+//! transactions (`examples/counter_child.rs`, built by `cargo test`).
 
-use crate::kv::{increment, read_counter};
+use crate::kv::read_counter;
 use crate::test_store;
-use sigcast_store::{Backend, Store, StoreConfig};
-use std::process::{Command, Stdio};
+use sigcast_store::Backend;
+use std::process::Command;
 
 const PROCESSES: usize = 4;
 const INCREMENTS: usize = 1_000;
@@ -20,12 +18,14 @@ fn four_processes_increment_one_counter_exactly() {
             ("fdb", t.config.cluster_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default())
         }
     };
+    // target/<profile>/deps/it-… → target/<profile>/examples/counter_child
+    let exe = std::env::current_exe().unwrap();
+    let child_bin = exe.parent().unwrap().parent().unwrap().join("examples").join("counter_child");
+    assert!(child_bin.exists(), "{} missing: cargo test builds it", child_bin.display());
     let children: Vec<_> = (0..PROCESSES)
         .map(|_| {
-            Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "multiprocess::child_increments", "--test-threads=1"])
-                .stdout(Stdio::null())
-                .env("SIGCAST_STORE_CHILD", format!("{backend}|{location}|{}", t.config.namespace))
+            Command::new(&child_bin)
+                .args([backend, &location, &t.config.namespace, &INCREMENTS.to_string()])
                 .spawn()
                 .expect("spawn child")
         })
@@ -34,21 +34,4 @@ fn four_processes_increment_one_counter_exactly() {
         assert!(child.wait().unwrap().success(), "a child process failed");
     }
     assert_eq!(read_counter(&t.store), (PROCESSES * INCREMENTS) as u64);
-}
-
-/// Runs only as a child of the test above.
-#[test]
-fn child_increments() {
-    let Ok(spec) = std::env::var("SIGCAST_STORE_CHILD") else { return };
-    let mut parts = spec.splitn(3, '|');
-    let (backend, location, namespace) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
-    let mut config = match backend {
-        "sqlite" => StoreConfig::sqlite(location),
-        _ => StoreConfig::fdb(Some(location.into())),
-    };
-    config.namespace = namespace.to_owned();
-    let store = Store::open(&config).unwrap();
-    for _ in 0..INCREMENTS {
-        increment(&store);
-    }
 }

@@ -8,6 +8,7 @@
 //! This crate is the only one that links a store backend; it must never stringify a backend
 //! error on its way through (a retryable conflict must stay retryable).
 
+pub mod accounts;
 mod error;
 #[cfg(feature = "fdb")]
 mod fdb;

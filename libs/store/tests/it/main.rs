@@ -2,6 +2,7 @@
 //! FoundationDB instead when the crate is built with `--features fdb` and `FDB_CLUSTER_FILE`
 //! names a cluster (each test then works in a namespace of its own and clears it afterwards).
 
+mod accounts;
 mod kv;
 mod multiprocess;
 mod operations;

@@ -1,4 +1,5 @@
 //! End-to-end: the real `sigcast-gateway` binary, configured by file and environment, driven
 //! by the real grpcurl without proto files (server reflection), stopped by SIGTERM.
 
+mod evm;
 mod gateway;

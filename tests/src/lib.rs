@@ -2,6 +2,10 @@
 //! up, and kills it when dropped. Every rig picks its own free port and temp dir, so tests run
 //! in parallel.
 
+mod stack;
+
+pub use stack::{Anvil, Stack, StackOptions};
+
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -26,46 +30,48 @@ pub fn free_addr() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port")
 }
 
-/// A `sigcast-gateway` process on its own port and store.
-pub struct GatewayProcess {
-    /// Where it listens.
+/// A sigcast service process (gateway, signer, broadcaster): started with a config file in a
+/// directory it shares with the rest of its stack, health-checked until SERVING, killed on drop.
+pub struct Service {
+    /// Binary name.
+    pub binary: &'static str,
+    /// Where its gRPC server (API or health) listens.
     pub addr: SocketAddr,
-    /// Its temp dir (config, store, log).
-    pub dir: tempfile::TempDir,
+    config: PathBuf,
+    log: PathBuf,
     child: Option<Child>,
 }
 
-impl GatewayProcess {
-    /// Starts a gateway with a config file holding `extra_toml`, and waits until its health
-    /// check says SERVING.
-    pub async fn start(extra_toml: &str) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let addr = free_addr();
-        let config = dir.path().join("gateway.toml");
-        let toml = format!(
-            "listen = \"{addr}\"\n{extra_toml}\n[store]\npath = \"{}\"\n",
-            dir.path().join("sigcast.db").display()
-        );
+impl Service {
+    /// Writes `toml` to `<dir>/<binary>.toml` and starts the binary on it.
+    pub async fn start(binary: &'static str, dir: &Path, addr: SocketAddr, toml: &str) -> Self {
+        let config = dir.join(format!("{binary}.toml"));
         std::fs::write(&config, toml).expect("write config");
-        let log = std::fs::File::create(dir.path().join("gateway.log")).expect("log file");
-        let child = Command::new(binary("sigcast-gateway"))
+        let log = dir.join(format!("{binary}.log"));
+        let mut service = Self { binary, addr, config, log, child: None };
+        service.spawn().await;
+        service
+    }
+
+    async fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file");
+        let child = Command::new(binary(self.binary))
             .arg("--config")
-            .arg(&config)
+            .arg(&self.config)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .expect("spawn sigcast-gateway");
-        let mut gateway = Self { addr, dir, child: Some(child) };
-        gateway.wait_serving().await;
-        gateway
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.binary));
+        self.child = Some(child);
+        self.wait_serving().await;
     }
 
     async fn wait_serving(&mut self) {
         use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("gateway exited with {status} before serving; log:\n{}", self.log());
+                panic!("{} exited with {status} before serving; log:\n{}", self.binary, self.log());
             }
             let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr)).expect("uri");
             if let Ok(channel) = endpoint.connect().await {
@@ -77,14 +83,28 @@ impl GatewayProcess {
                     return;
                 }
             }
-            assert!(Instant::now() < deadline, "gateway not serving after 30 s; log:\n{}", self.log());
+            assert!(Instant::now() < deadline, "{} not serving after 60 s; log:\n{}", self.binary, self.log());
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
     /// Its log so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("gateway.log")).unwrap_or_default()
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `kill -9`: no shutdown, no cleanup.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same config (after `kill9` or `terminate`).
+    pub async fn restart(&mut self) {
+        self.kill9();
+        self.spawn().await;
     }
 
     /// Sends SIGTERM and waits for the exit status.
@@ -98,19 +118,50 @@ impl GatewayProcess {
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                panic!("gateway ignored SIGTERM for 20 s");
+                panic!("{} ignored SIGTERM for 20 s", self.binary);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
 
-impl Drop for GatewayProcess {
+impl Drop for Service {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.kill9();
+    }
+}
+
+/// A `sigcast-gateway` process on its own port and store.
+pub struct GatewayProcess {
+    /// The service.
+    pub service: Service,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its temp dir (config, store, log).
+    pub dir: tempfile::TempDir,
+}
+
+impl GatewayProcess {
+    /// Starts a gateway whose config file holds `extra_toml` (top-level keys and tables).
+    pub async fn start(extra_toml: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let addr = free_addr();
+        let toml = format!(
+            "listen = \"{addr}\"\n{extra_toml}\n[store]\npath = \"{}\"\n",
+            dir.path().join("sigcast.db").display()
+        );
+        let service = Service::start("sigcast-gateway", dir.path(), addr, &toml).await;
+        Self { service, addr, dir }
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        self.service.log()
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(&mut self) -> ExitStatus {
+        self.service.terminate()
     }
 }
 

@@ -1,0 +1,122 @@
+//! Broadcaster configuration: defaults, then a TOML file, then `SIGCAST_BROADCASTER__*`
+//! environment variables (`__` separates levels).
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+use sigcast_store::StoreConfig;
+use sigcast_telemetry::LogConfig;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// Prefix of the environment variables that override the file.
+pub const ENV_PREFIX: &str = "SIGCAST_BROADCASTER__";
+
+/// Everything the broadcaster needs to run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address of the health endpoint (gRPC health).
+    pub listen: SocketAddr,
+    /// The store shared with the gateway and signer.
+    pub store: StoreConfig,
+    /// The signer's gRPC address.
+    pub signer_url: String,
+    /// EVM chains served.
+    pub evm_chains: Vec<EvmChainConfig>,
+    /// How often the store is scanned for work, in milliseconds.
+    pub poll_ms: u64,
+    /// Blocks a receipt must be under (1 = included) before the operation is CONFIRMED.
+    pub confirmations: u64,
+    /// How long after a send without inclusion the same bytes are sent again, in milliseconds.
+    pub rebroadcast_ms: u64,
+    /// Timeout of one RPC request, in milliseconds; a send that times out is an unknown outcome.
+    pub rpc_timeout_ms: u64,
+    /// Operations worked on at once.
+    pub concurrency: usize,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+/// One EVM chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvmChainConfig {
+    /// EIP-155 chain id.
+    pub chain_id: u64,
+    /// JSON-RPC endpoints: reads are hedged across them, each send goes to one.
+    pub rpc_urls: Vec<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 50053)),
+            store: StoreConfig::default(),
+            signer_url: "http://127.0.0.1:50052".into(),
+            evm_chains: vec![EvmChainConfig { chain_id: 31337, rpc_urls: vec!["http://127.0.0.1:8545".into()] }],
+            poll_ms: 200,
+            confirmations: 1,
+            rebroadcast_ms: 3_000,
+            rpc_timeout_ms: 5_000,
+            concurrency: 32,
+            log: LogConfig::default(),
+        }
+    }
+}
+
+/// A configuration that cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file or environment did not parse.
+    #[error("reading configuration: {0}")]
+    Load(#[from] Box<figment::Error>),
+    /// A value is out of range.
+    #[error("configuration value {field}: {rule}")]
+    Invalid {
+        /// Which setting.
+        field: &'static str,
+        /// What it must be.
+        rule: String,
+    },
+}
+
+impl Config {
+    /// Defaults, overridden by `file` (if given) and then by the environment.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(file) = file {
+            if !file.exists() {
+                return Err(ConfigError::Invalid { field: "--config", rule: format!("{} does not exist", file.display()) });
+            }
+            figment = figment.merge(Toml::file(file));
+        }
+        let config: Config = figment.merge(Env::prefixed(ENV_PREFIX).split("__")).extract().map_err(Box::new)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks values that parse but cannot work.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, rule: &str| Err(ConfigError::Invalid { field, rule: rule.into() });
+        if self.evm_chains.iter().any(|c| c.rpc_urls.is_empty()) {
+            return invalid("evm_chains.rpc_urls", "every chain needs at least one endpoint");
+        }
+        if self.confirmations == 0 {
+            return invalid("confirmations", "must be at least 1");
+        }
+        if self.poll_ms == 0 || self.rpc_timeout_ms == 0 || self.concurrency == 0 {
+            return invalid("poll_ms / rpc_timeout_ms / concurrency", "must be positive");
+        }
+        if self.rebroadcast_ms < self.rpc_timeout_ms {
+            return invalid("rebroadcast_ms", "must be at least rpc_timeout_ms");
+        }
+        Ok(())
+    }
+
+    /// Poll interval.
+    pub fn poll(&self) -> Duration {
+        Duration::from_millis(self.poll_ms)
+    }
+}

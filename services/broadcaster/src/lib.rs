@@ -1,0 +1,58 @@
+//! The sigcast broadcaster: takes recorded operations to a terminal state. It asks the signer
+//! to sign RECEIVED operations, sends SIGNED ones (one endpoint per send, never hedged, never
+//! batched), and settles SENT ones from chain state: CONFIRMED from a receipt, REJECTED only on
+//! proof that no attempt can land, otherwise the same bytes again.
+//!
+//! It holds no keys and never builds a transaction: it only sends payloads the signer stored.
+
+pub mod config;
+mod worker;
+
+pub use config::Config;
+pub use worker::Worker;
+
+use sigcast_store::Store;
+use std::future::Future;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+/// Runs the work loop, and serves gRPC health on `listener`, until `shutdown` completes. On
+/// start, every non-terminal operation resumes from its stored state.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let store = Store::open(&config.store)?;
+    let worker = Worker::new(&config, store)?;
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_service_status("", tonic_health::ServingStatus::Serving).await;
+
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let poll = config.poll();
+    let work = tokio::spawn(async move {
+        let mut interval = tokio::time::interval(poll);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = interval.tick() => {}
+                _ = stopped.wait_for(|s| *s) => return,
+            }
+            if let Err(error) = worker.pass().await {
+                tracing::warn!(%error, "pass failed; retrying");
+            }
+        }
+    });
+    tracing::info!(listen = %listener.local_addr()?, "broadcaster running");
+    tonic::transport::Server::builder()
+        .add_service(health_service)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+            shutdown.await;
+            let _ = stop.send(true);
+        })
+        .await?;
+    // A pass in progress finishes its current steps; each is a whole store transaction.
+    work.await?;
+    tracing::info!("broadcaster stopped");
+    Ok(())
+}

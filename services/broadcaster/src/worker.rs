@@ -1,0 +1,331 @@
+//! The broadcaster's work loop: persist, send, record, check.
+//!
+//! Every step is one store transaction that re-reads the operation and acts only if it is still
+//! in the state the step expects, so any step may run twice (after a crash, or in two
+//! broadcaster processes) without effect. A send goes to one endpoint and is recorded before
+//! and after; an ambiguous send is resolved by reading receipts and the account nonce; a
+//! resend is always the stored, byte-identical payload. This version never re-signs.
+
+use crate::config::Config;
+use futures::StreamExt;
+use sigcast_domain::OperationState;
+use sigcast_evm::{Address, B256, RpcPool, SendClass, classify_send_error};
+use sigcast_proto::sigcast::signer::v1::signer_service_client::SignerServiceClient;
+use sigcast_proto::sigcast::signer::v1::{SignOperationRequest, SignPurpose};
+use sigcast_proto::{pb, state_to_proto};
+use sigcast_store::operations::{self, ListFilter};
+use sigcast_store::{Store, accounts};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tonic::transport::Channel;
+
+/// Most operations of one state picked up per pass.
+const BATCH: usize = 1_000;
+
+/// A chain this broadcaster serves.
+struct Chain {
+    pool: RpcPool,
+}
+
+/// The broadcaster's state: the store, the signer client and the chains.
+#[derive(Clone)]
+pub struct Worker {
+    store: Store,
+    signer: SignerServiceClient<Channel>,
+    chains: Arc<HashMap<String, Chain>>,
+    confirmations: u64,
+    rebroadcast: Duration,
+    concurrency: usize,
+}
+
+impl Worker {
+    /// A worker for `config` over `store`.
+    pub fn new(config: &Config, store: Store) -> anyhow::Result<Self> {
+        let timeout = Duration::from_millis(config.rpc_timeout_ms);
+        let mut chains = HashMap::new();
+        for chain in &config.evm_chains {
+            chains.insert(format!("eip155:{}", chain.chain_id), Chain { pool: RpcPool::new(&chain.rpc_urls, timeout)? });
+        }
+        let channel = tonic::transport::Endpoint::from_shared(config.signer_url.clone())?
+            .timeout(Duration::from_secs(30))
+            .connect_lazy();
+        Ok(Self {
+            store,
+            signer: SignerServiceClient::new(channel),
+            chains: Arc::new(chains),
+            confirmations: config.confirmations,
+            rebroadcast: Duration::from_millis(config.rebroadcast_ms),
+            concurrency: config.concurrency,
+        })
+    }
+
+    /// One pass over every non-terminal operation of the served chains.
+    pub async fn pass(&self) -> anyhow::Result<()> {
+        let received = self.in_state(pb::OperationState::Received).await?;
+        futures::stream::iter(received)
+            .for_each_concurrent(self.concurrency, |op| async move { self.sign(op).await })
+            .await;
+
+        // Sends of one account go out in nonce order; accounts proceed side by side.
+        let mut by_account: BTreeMap<(String, String), Vec<pb::Operation>> = BTreeMap::new();
+        for op in self.in_state(pb::OperationState::Signed).await? {
+            by_account.entry((op.chain.clone(), op.account.clone())).or_default().push(op);
+        }
+        futures::stream::iter(by_account.into_values())
+            .for_each_concurrent(self.concurrency, |mut ops| async move {
+                ops.sort_by_key(evm_nonce);
+                for op in ops {
+                    self.first_send(op).await;
+                }
+            })
+            .await;
+
+        let sent = self.in_state(pb::OperationState::Sent).await?;
+        futures::stream::iter(sent)
+            .for_each_concurrent(self.concurrency, |op| async move { self.check(op).await })
+            .await;
+        Ok(())
+    }
+
+    async fn in_state(&self, state: pb::OperationState) -> anyhow::Result<Vec<pb::Operation>> {
+        let root = self.store.root().clone();
+        let filter = ListFilter { state: Some(state), ..Default::default() };
+        let page = self
+            .store
+            .read_async(move |tx| operations::list(tx, &root, &filter, None, BATCH))
+            .await?
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(page.operations.into_iter().filter(|op| self.chains.contains_key(&op.chain)).collect())
+    }
+
+    async fn sign(&self, op: pb::Operation) {
+        let request = SignOperationRequest { op_id: op.op_id.clone(), purpose: SignPurpose::Initial.into() };
+        match self.signer.clone().sign_operation(request).await {
+            Ok(_) => {}
+            Err(status) if status.code() == tonic::Code::PermissionDenied => {
+                // The signer will never sign it (no key, or policy): it was never applied.
+                let reason = status.message().to_owned();
+                tracing::warn!(op.id = %op.op_id, %reason, "signer refused the operation; rejecting it");
+                self.update(&op.op_id, OperationState::Received, move |op| {
+                    op.set_state(state_to_proto(OperationState::Rejected));
+                    op.error = Some(pb::OperationError { reason: "SIGNER_REFUSED".into(), message: reason.clone() });
+                })
+                .await;
+            }
+            Err(status) => tracing::warn!(op.id = %op.op_id, code = ?status.code(), message = status.message(), "signing failed; will retry"),
+        }
+    }
+
+    /// SIGNED → SENT: record the attempt, then send it.
+    async fn first_send(&self, op: pb::Operation) {
+        let Some(attempt) = op.attempts.last().map(|a| a.number) else { return };
+        let now = SystemTime::now();
+        let recorded = self
+            .update(&op.op_id, OperationState::Signed, move |op| {
+                op.set_state(state_to_proto(OperationState::Sent));
+                if let Some(a) = op.attempts.iter_mut().find(|a| a.number == attempt) {
+                    a.send_time = Some(now.into());
+                    a.outcome = pb::AttemptOutcome::Pending.into();
+                }
+            })
+            .await;
+        if let Some(op) = recorded {
+            self.send(&op, attempt).await;
+        }
+    }
+
+    /// Sends an attempt's stored bytes to one endpoint and records the outcome.
+    async fn send(&self, op: &pb::Operation, attempt: u32) {
+        let Some(chain) = self.chains.get(&op.chain) else { return };
+        let root = self.store.root().clone();
+        let id = op.op_id.clone();
+        let raw = match self.store.read_async(move |tx| accounts::payload(tx, &root, &id, attempt)).await {
+            Ok(Some(raw)) => raw,
+            Ok(None) => {
+                tracing::error!(op.id = %op.op_id, attempt, "signed payload missing from the store");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(op.id = %op.op_id, %error, "reading payload");
+                return;
+            }
+        };
+        let sent = chain.pool.send_raw(&raw).await;
+        let (outcome, error) = match &sent.result {
+            Ok(_) => (pb::AttemptOutcome::Accepted, None),
+            Err(e) => match classify_send_error(e) {
+                SendClass::AlreadyKnown => (pb::AttemptOutcome::Accepted, None),
+                SendClass::Rejected => (
+                    pb::AttemptOutcome::Rejected,
+                    Some(pb::OperationError { reason: "SEND_REJECTED".into(), message: e.to_string() }),
+                ),
+                SendClass::NonceUsed | SendClass::Unknown => (pb::AttemptOutcome::Unknown, None),
+            },
+        };
+        tracing::info!(op.id = %op.op_id, attempt, endpoint = %sent.endpoint, outcome = outcome.as_str_name(), "sent");
+        let endpoint = sent.endpoint.clone();
+        let now = SystemTime::now();
+        self.update(&op.op_id, OperationState::Sent, move |op| {
+            if let Some(a) = op.attempts.iter_mut().find(|a| a.number == attempt) {
+                a.endpoint = endpoint.clone();
+                a.outcome = outcome.into();
+                a.outcome_time = Some(now.into());
+            }
+            if error.is_some() {
+                op.error = error.clone();
+            }
+        })
+        .await;
+    }
+
+    /// SENT: confirm from a receipt, reject on proof that no attempt can land, or resend.
+    async fn check(&self, op: pb::Operation) {
+        let Some(chain) = self.chains.get(&op.chain) else { return };
+        let Some(nonce) = evm_nonce(&op) else { return };
+        let hashes: Vec<B256> = op.attempts.iter().filter_map(|a| a.tx_id.parse().ok()).collect();
+        for hash in &hashes {
+            match chain.pool.receipt(*hash).await {
+                Ok(Some(receipt)) => return self.confirm_if_deep(&op, chain, receipt).await,
+                Ok(None) => {}
+                Err(error) => return tracing::debug!(op.id = %op.op_id, %error, "receipt read failed"),
+            }
+        }
+        let Ok(account) = op.account.parse::<Address>() else { return };
+        match chain.pool.nonce(account).await {
+            Ok(chain_nonce) if chain_nonce > nonce => self.prove_rejected(&op, chain, account, nonce, &hashes).await,
+            Ok(_) => self.rebroadcast_if_due(&op).await,
+            Err(error) => tracing::debug!(op.id = %op.op_id, %error, "nonce read failed"),
+        }
+    }
+
+    async fn confirm_if_deep(&self, op: &pb::Operation, chain: &Chain, receipt: sigcast_evm::Receipt) {
+        let Ok(head) = chain.pool.block_number().await else { return };
+        if head + 1 < receipt.block_number + self.confirmations {
+            return;
+        }
+        let result = pb::TerminalResult {
+            tx_id: receipt.tx_hash.to_string(),
+            block_number: receipt.block_number,
+            block_hash: receipt.block_hash.clone(),
+            execution_status: if receipt.success { pb::ExecutionStatus::Success } else { pb::ExecutionStatus::Failed }.into(),
+        };
+        let confirmed = self
+            .update(&op.op_id, OperationState::Sent, move |op| {
+                op.set_state(state_to_proto(OperationState::Confirmed));
+                op.result = Some(result.clone());
+                op.error = None;
+            })
+            .await;
+        if confirmed.is_some() {
+            tracing::info!(op.id = %op.op_id, tx = %receipt.tx_hash, block = receipt.block_number, success = receipt.success, "confirmed");
+        }
+    }
+
+    /// The account nonce moved past ours. REJECTED only on evidence from one endpoint: its
+    /// nonce is past ours and, at that same view or later, none of our hashes has a receipt.
+    async fn prove_rejected(&self, op: &pb::Operation, chain: &Chain, account: Address, nonce: u64, hashes: &[B256]) {
+        for url in chain.pool.urls() {
+            let Ok(value) = chain
+                .pool
+                .read_from(url, "eth_getTransactionCount", serde_json::json!([account.to_string(), "latest"]))
+                .await
+            else {
+                continue;
+            };
+            let Some(seen) = value.as_str().and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok()) else {
+                continue;
+            };
+            if seen <= nonce {
+                continue; // this endpoint lags: its silence proves nothing
+            }
+            let mut all_absent = true;
+            for hash in hashes {
+                match chain.pool.read_from(url, "eth_getTransactionReceipt", serde_json::json!([hash.to_string()])).await {
+                    Ok(value) if value.is_null() => {}
+                    _ => all_absent = false,
+                }
+            }
+            if !all_absent {
+                return; // a receipt exists (or could not be read): the next pass confirms
+            }
+            let evidence = format!(
+                "endpoint {url} reports account {account} at nonce {seen}, past this operation's nonce {nonce}, \
+                 and no receipt for any of its transactions {hashes:?}: the nonce was consumed by another transaction"
+            );
+            tracing::warn!(op.id = %op.op_id, %evidence, "operation rejected");
+            self.update(&op.op_id, OperationState::Sent, move |op| {
+                op.set_state(state_to_proto(OperationState::Rejected));
+                op.error = Some(pb::OperationError { reason: "NONCE_CONSUMED_EXTERNALLY".into(), message: evidence.clone() });
+            })
+            .await;
+            return;
+        }
+    }
+
+    async fn rebroadcast_if_due(&self, op: &pb::Operation) {
+        let Some(last) = op.attempts.last() else { return };
+        let due = last
+            .send_time
+            .as_ref()
+            .and_then(|t| SystemTime::try_from(*t).ok())
+            .is_none_or(|sent| sent.elapsed().unwrap_or_default() >= self.rebroadcast);
+        if !due {
+            return;
+        }
+        let number = last.number;
+        let now = SystemTime::now();
+        let recorded = self
+            .update(&op.op_id, OperationState::Sent, move |op| {
+                if let Some(a) = op.attempts.iter_mut().find(|a| a.number == number) {
+                    a.send_time = Some(now.into());
+                    a.outcome = pb::AttemptOutcome::Pending.into();
+                }
+            })
+            .await;
+        if let Some(op) = recorded {
+            tracing::debug!(op.id = %op.op_id, attempt = number, "resending the same bytes");
+            self.send(&op, number).await;
+        }
+    }
+
+    /// Applies `change` to the operation in one transaction if it is still in `expected`;
+    /// returns the updated operation, or `None` if it had moved on (or on a store error).
+    async fn update(
+        &self,
+        op_id: &str,
+        expected: OperationState,
+        change: impl Fn(&mut pb::Operation) + Send + 'static,
+    ) -> Option<pb::Operation> {
+        let root = self.store.root().clone();
+        let id = op_id.to_owned();
+        let now = SystemTime::now();
+        let result = self
+            .store
+            .run_async(move |tx| {
+                let Some(stored) = operations::get(tx, &root, &id)? else { return Ok(None) };
+                if stored.state() != state_to_proto(expected) {
+                    return Ok(None);
+                }
+                let mut op = stored.clone();
+                change(&mut op);
+                operations::put(tx, &root, Some(&stored), &mut op, now)?;
+                Ok(Some(op))
+            })
+            .await;
+        match result {
+            Ok(op) => op,
+            Err(error) => {
+                tracing::warn!(op.id = %op_id, %error, "store update failed; the next pass retries");
+                None
+            }
+        }
+    }
+}
+
+fn evm_nonce(op: &pb::Operation) -> Option<u64> {
+    match &op.signing {
+        Some(pb::operation::Signing::Evm(evm)) => Some(evm.nonce),
+        _ => None,
+    }
+}

@@ -1,0 +1,126 @@
+//! Signer configuration: defaults, then a TOML file, then `SIGCAST_SIGNER__*` environment
+//! variables (`__` separates levels).
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+use sigcast_store::StoreConfig;
+use sigcast_telemetry::LogConfig;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Prefix of the environment variables that override the file.
+pub const ENV_PREFIX: &str = "SIGCAST_SIGNER__";
+/// Environment variable holding the keystore passphrase when no file is configured.
+pub const PASSPHRASE_ENV: &str = "SIGCAST_SIGNER_PASSPHRASE";
+
+/// Everything the signer needs to run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address of the internal gRPC API.
+    pub listen: SocketAddr,
+    /// The store shared with the gateway and broadcaster.
+    pub store: StoreConfig,
+    /// Directory of Web3 Secret Storage (v3) keystore files, one key per file.
+    pub keystore_dir: PathBuf,
+    /// File holding the keystores' passphrase; when absent, the `SIGCAST_SIGNER_PASSPHRASE`
+    /// environment variable. Never logged.
+    pub passphrase_file: Option<PathBuf>,
+    /// EVM chains the signer signs for.
+    pub evm_chains: Vec<EvmChainConfig>,
+    /// Timeout of one RPC request, in milliseconds.
+    pub rpc_timeout_ms: u64,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+/// One EVM chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvmChainConfig {
+    /// EIP-155 chain id; checked against the endpoints at start.
+    pub chain_id: u64,
+    /// JSON-RPC endpoints, read with hedging (nonces, fees, gas estimates).
+    pub rpc_urls: Vec<String>,
+    /// Transaction type: EIP-1559 unless the chain needs legacy.
+    #[serde(default)]
+    pub tx_type: TxType,
+}
+
+/// EVM transaction type.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TxType {
+    /// Type 2.
+    #[default]
+    Eip1559,
+    /// Type 0 with EIP-155.
+    Legacy,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 50052)),
+            store: StoreConfig::default(),
+            keystore_dir: PathBuf::from("keys"),
+            passphrase_file: None,
+            evm_chains: vec![EvmChainConfig {
+                chain_id: 31337,
+                rpc_urls: vec!["http://127.0.0.1:8545".into()],
+                tx_type: TxType::Eip1559,
+            }],
+            rpc_timeout_ms: 10_000,
+            log: LogConfig::default(),
+        }
+    }
+}
+
+/// A configuration that cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file or environment did not parse.
+    #[error("reading configuration: {0}")]
+    Load(#[from] Box<figment::Error>),
+    /// A value is out of range.
+    #[error("configuration value {field}: {rule}")]
+    Invalid {
+        /// Which setting.
+        field: &'static str,
+        /// What it must be.
+        rule: String,
+    },
+}
+
+impl Config {
+    /// Defaults, overridden by `file` (if given) and then by the environment.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(file) = file {
+            if !file.exists() {
+                return Err(ConfigError::Invalid { field: "--config", rule: format!("{} does not exist", file.display()) });
+            }
+            figment = figment.merge(Toml::file(file));
+        }
+        let config: Config = figment.merge(Env::prefixed(ENV_PREFIX).split("__")).extract().map_err(Box::new)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks values that parse but cannot work.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for chain in &self.evm_chains {
+            if chain.rpc_urls.is_empty() {
+                return Err(ConfigError::Invalid {
+                    field: "evm_chains.rpc_urls",
+                    rule: format!("chain {} needs at least one endpoint", chain.chain_id),
+                });
+            }
+        }
+        if self.rpc_timeout_ms == 0 {
+            return Err(ConfigError::Invalid { field: "rpc_timeout_ms", rule: "must be positive".into() });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,85 @@
+//! The signer's errors and the one place they become gRPC statuses.
+
+use tonic::Status;
+
+/// Why an operation was not signed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No such operation in the store: the signer signs recorded operations only.
+    #[error("no operation with op_id {0:?} is recorded")]
+    NotFound(String),
+    /// The operation cannot be signed in its state.
+    #[error("operation {op_id:?} is {state}; it cannot be signed")]
+    NotSignable {
+        /// The op_id.
+        op_id: String,
+        /// Its state.
+        state: String,
+    },
+    /// The signer holds no key for the operation's account.
+    #[error("operation {op_id:?}: this signer holds no key for account {account}")]
+    NoKey {
+        /// The op_id.
+        op_id: String,
+        /// The account.
+        account: String,
+    },
+    /// The operation's chain is not configured here.
+    #[error("operation {op_id:?}: this signer has no endpoints for chain {chain}")]
+    UnknownChain {
+        /// The op_id.
+        op_id: String,
+        /// The chain.
+        chain: String,
+    },
+    /// The stored intent does not parse (written by an incompatible version).
+    #[error("operation {op_id:?} holds an intent this signer cannot read: {reason}")]
+    BadIntent {
+        /// The op_id.
+        op_id: String,
+        /// Why.
+        reason: String,
+    },
+    /// The interlock refused: the nonce belongs to another operation.
+    #[error("interlock: {0}")]
+    Interlock(#[from] sigcast_store::accounts::NonceTaken),
+    /// Reading chain state failed.
+    #[error("reading chain state for op {op_id:?}: {source}")]
+    Chain {
+        /// The op_id.
+        op_id: String,
+        /// The failure.
+        source: sigcast_evm::Error,
+    },
+    /// Signing itself failed.
+    #[error("signing op {op_id:?} at nonce {nonce}: {reason}")]
+    Sign {
+        /// The op_id.
+        op_id: String,
+        /// The nonce.
+        nonce: u64,
+        /// Why.
+        reason: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] sigcast_store::Error),
+}
+
+/// Result of signer calls.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<Error> for Status {
+    fn from(error: Error) -> Status {
+        let message = error.to_string();
+        match error {
+            Error::NotFound(_) => Status::not_found(message),
+            Error::NotSignable { .. } | Error::UnknownChain { .. } | Error::Interlock(_) | Error::BadIntent { .. } => {
+                Status::failed_precondition(message)
+            }
+            Error::NoKey { .. } => Status::permission_denied(message),
+            Error::Chain { .. } | Error::Store(_) => Status::unavailable(format!("{message}; retry the same op_id")),
+            Error::Sign { .. } => Status::internal(message),
+        }
+    }
+}

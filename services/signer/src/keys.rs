@@ -1,0 +1,147 @@
+//! Keys: loaded from encrypted keystore files into this process only.
+//!
+//! Nothing here may print, log or return a private key: the keyring's Debug shows addresses,
+//! errors name files, never their contents.
+
+use alloy_signer_local::PrivateKeySigner;
+use sigcast_evm::Address;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Why keys could not be loaded or written.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// The passphrase is missing or unreadable.
+    #[error("keystore passphrase: {0}")]
+    Passphrase(String),
+    /// The keystore directory could not be read or written.
+    #[error("keystore directory {dir}: {reason}")]
+    Dir {
+        /// The directory.
+        dir: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A keystore file did not decrypt (wrong passphrase or not a keystore).
+    #[error("keystore file {file}: {reason}")]
+    File {
+        /// The file.
+        file: PathBuf,
+        /// What went wrong (never the key).
+        reason: String,
+    },
+}
+
+/// The passphrase: from `file` if configured, else from the environment variable.
+pub fn read_passphrase(file: Option<&Path>, env_var: &str) -> Result<String, KeyError> {
+    match file {
+        Some(path) => std::fs::read_to_string(path)
+            .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
+            .map_err(|e| KeyError::Passphrase(format!("reading {}: {e}", path.display()))),
+        None => std::env::var(env_var)
+            .map_err(|_| KeyError::Passphrase(format!("set passphrase_file or the {env_var} environment variable"))),
+    }
+}
+
+/// The keys this signer holds, by account.
+#[derive(Clone, Default)]
+pub struct Keyring {
+    keys: BTreeMap<Address, Arc<PrivateKeySigner>>,
+}
+
+impl std::fmt::Debug for Keyring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.keys.keys().map(ToString::to_string)).finish()
+    }
+}
+
+impl Keyring {
+    /// Decrypts every `*.json` keystore in `dir`.
+    pub fn load(dir: &Path, passphrase: &str) -> Result<Self, KeyError> {
+        let entries = std::fs::read_dir(dir).map_err(|e| KeyError::Dir { dir: dir.into(), reason: e.to_string() })?;
+        let mut keys = BTreeMap::new();
+        for entry in entries {
+            let path = entry.map_err(|e| KeyError::Dir { dir: dir.into(), reason: e.to_string() })?.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("json") {
+                continue;
+            }
+            let signer = PrivateKeySigner::decrypt_keystore(&path, passphrase)
+                .map_err(|e| KeyError::File { file: path.clone(), reason: e.to_string() })?;
+            keys.insert(signer.address(), Arc::new(signer));
+        }
+        Ok(Self { keys })
+    }
+
+    /// The key of `account`, if held.
+    pub fn get(&self, account: &Address) -> Option<Arc<PrivateKeySigner>> {
+        self.keys.get(account).cloned()
+    }
+
+    /// The accounts held.
+    pub fn accounts(&self) -> Vec<Address> {
+        self.keys.keys().copied().collect()
+    }
+}
+
+/// The private keys of anvil's (and hardhat's) default dev accounts, derived from the public
+/// test mnemonic "test test … junk". They are published everywhere and fund local chains only;
+/// never use them on a real network.
+const ANVIL_DEV_KEYS: [&str; 10] = [
+    "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
+    "59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
+    "5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
+    "7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6",
+    "47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926e",
+    "8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba",
+    "92db14e403b83dfe3df233f83dfa3a0d7096f21ca9b0d6d6b8d88b2b4ec1564e",
+    "4bbbf85ce3377467afe5d46f804f221813b2bb87f24d81f60f1fcdbf7cbf4356",
+    "dbda1821b80551c9d65939329250298aa3472ba22feea921c0cf5d620ea67b97",
+    "2a871d0798f97d79848a013d4936a73bf4cc922c825d33c1cf7073dff6d409c6",
+];
+
+/// Writes keystores for the first `count` anvil dev accounts into `dir`, encrypted with
+/// `passphrase`, one file per account named by its address. Existing files are kept.
+pub fn import_anvil_dev_keys(dir: &Path, passphrase: &str, count: usize) -> Result<Vec<Address>, KeyError> {
+    std::fs::create_dir_all(dir).map_err(|e| KeyError::Dir { dir: dir.into(), reason: e.to_string() })?;
+    let mut imported = Vec::new();
+    for key in ANVIL_DEV_KEYS.iter().take(count) {
+        let bytes = hex::decode(key).expect("constant hex");
+        let address = PrivateKeySigner::from_slice(&bytes)
+            .map_err(|e| KeyError::Passphrase(e.to_string()))?
+            .address();
+        let name = format!("{address}.json");
+        if !dir.join(&name).exists() {
+            PrivateKeySigner::encrypt_keystore(dir, &mut rand::thread_rng(), &bytes, passphrase, Some(&name))
+                .map_err(|e| KeyError::File { file: dir.join(&name), reason: e.to_string() })?;
+        }
+        imported.push(address);
+    }
+    Ok(imported)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dev_keys_round_trip_through_encrypted_keystores() {
+        let dir = tempfile::tempdir().unwrap();
+        let imported = import_anvil_dev_keys(dir.path(), "pass phrase", 2).unwrap();
+        assert_eq!(imported[0].to_string(), "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");
+        let keyring = Keyring::load(dir.path(), "pass phrase").unwrap();
+        assert_eq!(keyring.accounts(), {
+            let mut sorted = imported.clone();
+            sorted.sort();
+            sorted
+        });
+        assert!(format!("{keyring:?}").contains("0xf39F"), "Debug shows addresses");
+        assert!(!format!("{keyring:?}").contains("ac0974"), "and never keys");
+        for file in std::fs::read_dir(dir.path()).unwrap() {
+            let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
+            assert!(!text.contains("ac0974bec39a17e36ba4a6b4d238ff944bacb478"), "keystores hold no plain key");
+        }
+        let wrong = Keyring::load(dir.path(), "wrong").unwrap_err();
+        assert!(!wrong.to_string().contains("ac0974"));
+    }
+}

@@ -1,0 +1,201 @@
+//! Signing a recorded operation: read chain inputs, then allocate the nonce, sign and persist
+//! the payload in one store transaction.
+//!
+//! The transaction body is idempotent: it re-reads the operation and returns the stored
+//! signature if the operation was signed meanwhile (by this or another signer process), so a
+//! retried call — or a body re-run after an unknown commit — never signs twice.
+
+use crate::config::{Config, TxType};
+use crate::error::{Error, Result};
+use crate::keys::Keyring;
+use alloy_signer::SignerSync;
+use sigcast_domain::{Intent, IntentRules, OperationState};
+use sigcast_evm::{Address, Fees, RpcPool, TxParams, build_transaction};
+use sigcast_proto::{intent_from_proto, pb, state_from_proto, state_to_proto};
+use sigcast_store::{Store, accounts, operations};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Gas of a plain transfer.
+const TRANSFER_GAS: u64 = 21_000;
+
+/// What a sign call did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signed {
+    /// Hash of the signed transaction.
+    pub tx_id: String,
+    /// Its attempt number.
+    pub attempt: u32,
+    /// True when it was already signed and the stored signature is returned.
+    pub already_signed: bool,
+}
+
+struct EvmChain {
+    pool: RpcPool,
+    tx_type: TxType,
+}
+
+/// Signs operations with the keys it holds.
+#[derive(Clone)]
+pub struct Signer {
+    store: Store,
+    keys: Keyring,
+    chains: Arc<HashMap<u64, EvmChain>>,
+    rules: IntentRules,
+}
+
+impl Signer {
+    /// A signer over `store` with `keys`, reading chain state through the configured endpoints.
+    pub fn new(config: &Config, store: Store, keys: Keyring) -> anyhow::Result<Self> {
+        let timeout = Duration::from_millis(config.rpc_timeout_ms);
+        let mut chains = HashMap::new();
+        for chain in &config.evm_chains {
+            chains.insert(chain.chain_id, EvmChain { pool: RpcPool::new(&chain.rpc_urls, timeout)?, tx_type: chain.tx_type });
+        }
+        let rules = IntentRules {
+            evm_chain_ids: config.evm_chains.iter().map(|c| c.chain_id).collect(),
+            solana_clusters: Default::default(),
+            max_evm_call_data: usize::MAX,
+        };
+        Ok(Self { store, keys, chains: Arc::new(chains), rules })
+    }
+
+    /// Checks that every configured endpoint serves the chain id it is configured for.
+    pub async fn check_chains(&self) -> anyhow::Result<()> {
+        for (chain_id, chain) in self.chains.iter() {
+            let actual = chain.pool.chain_id().await?;
+            anyhow::ensure!(actual == *chain_id, "endpoints {:?} serve chain {actual}, configured {chain_id}", chain.pool.urls());
+        }
+        Ok(())
+    }
+
+    /// The keys held.
+    pub fn keys(&self) -> &Keyring {
+        &self.keys
+    }
+
+    /// Signs the recorded operation `op_id` (or returns its stored signature).
+    pub async fn sign(&self, op_id: &str) -> Result<Signed> {
+        let root = self.store.root().clone();
+        let id = op_id.to_owned();
+        let op = self
+            .store
+            .read_async(move |tx| operations::get(tx, &root, &id))
+            .await?
+            .ok_or_else(|| Error::NotFound(op_id.to_owned()))?;
+        if let Some(done) = already_signed(&op)? {
+            return Ok(done);
+        }
+        let intent = intent_from_proto("intent", op.intent.as_ref(), &self.rules).map_err(|violations| Error::BadIntent {
+            op_id: op_id.to_owned(),
+            reason: violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+        })?;
+        let (chain_id, from) = match &intent {
+            Intent::EvmTransfer(t) => (t.chain_id, t.from),
+            Intent::EvmContractCall(c) => (c.chain_id, c.from),
+            other => return Err(Error::UnknownChain { op_id: op_id.to_owned(), chain: other.chain().to_string() }),
+        };
+        let from = Address::from(*from.as_bytes());
+        let key = self.keys.get(&from).ok_or_else(|| Error::NoKey { op_id: op_id.to_owned(), account: from.to_string() })?;
+        let chain = self
+            .chains
+            .get(&chain_id)
+            .ok_or_else(|| Error::UnknownChain { op_id: op_id.to_owned(), chain: format!("eip155:{chain_id}") })?;
+
+        // Chain reads happen before the store transaction, which must not wait on the network.
+        let chain_error = |source| Error::Chain { op_id: op_id.to_owned(), source };
+        let chain_nonce = chain.pool.nonce(from).await.map_err(chain_error)?;
+        let fees = match chain.tx_type {
+            TxType::Eip1559 => chain.pool.eip1559_fees().await.map_err(chain_error)?,
+            TxType::Legacy => Fees::Legacy { gas_price: chain.pool.gas_price().await.map_err(chain_error)? },
+        };
+        let gas_limit = match &intent {
+            Intent::EvmContractCall(c) => match c.gas_limit {
+                Some(limit) => limit,
+                None => {
+                    let to = Address::from(*c.to.as_bytes());
+                    let estimate = chain.pool.estimate_gas(from, to, c.value.as_str(), &c.data).await.map_err(chain_error)?;
+                    // Headroom: state may change between estimate and inclusion.
+                    estimate + estimate / 5
+                }
+            },
+            _ => TRANSFER_GAS,
+        };
+
+        let root = self.store.root().clone();
+        let id = op_id.to_owned();
+        let now = SystemTime::now();
+        let outcome = self
+            .store
+            .run_async(move |tx| {
+                let Some(stored) = operations::get(tx, &root, &id)? else {
+                    return Ok(Err(Error::NotFound(id.clone())));
+                };
+                if let Some(done) = already_signed(&stored).transpose() {
+                    return Ok(done);
+                }
+                let chain_key = stored.chain.clone();
+                let account = stored.account.clone();
+                let allocation = match accounts::allocate_nonce(tx, &root, &chain_key, &account, &id, chain_nonce)? {
+                    Ok(allocation) => allocation,
+                    Err(taken) => return Ok(Err(Error::Interlock(taken))),
+                };
+                if let Some((store_next, chain_next)) = allocation.external_gap {
+                    tracing::warn!(
+                        op.id = %id, account = %account, store_next, chain_next,
+                        "the chain's nonce is ahead of the store's: another sender used this key; \
+                         operations at the skipped nonces will be proven rejected"
+                    );
+                }
+                let params = TxParams { nonce: allocation.nonce, gas_limit, fees };
+                let unsigned = match build_transaction(&intent, params) {
+                    Ok(unsigned) => unsigned,
+                    Err(e) => return Ok(Err(Error::BadIntent { op_id: id.clone(), reason: e.to_string() })),
+                };
+                let signature = match key.sign_hash_sync(&unsigned.signature_hash()) {
+                    Ok(signature) => signature,
+                    Err(e) => {
+                        return Ok(Err(Error::Sign { op_id: id.clone(), nonce: allocation.nonce, reason: e.to_string() }));
+                    }
+                };
+                let signed = unsigned.into_signed(signature);
+                accounts::put_payload(tx, &root, &id, 1, &signed.raw)?;
+                let mut op = stored.clone();
+                op.set_state(state_to_proto(OperationState::Signed));
+                op.signing = Some(pb::operation::Signing::Evm(pb::EvmSigning { nonce: allocation.nonce }));
+                op.attempts = vec![pb::Attempt {
+                    number: 1,
+                    tx_id: signed.hash.to_string(),
+                    outcome: pb::AttemptOutcome::Pending.into(),
+                    ..Default::default()
+                }];
+                operations::put(tx, &root, Some(&stored), &mut op, now)?;
+                Ok(Ok(Signed { tx_id: signed.hash.to_string(), attempt: 1, already_signed: false }))
+            })
+            .await??;
+        if !outcome.already_signed {
+            tracing::info!(op.id = %op_id, tx = %outcome.tx_id, "operation signed");
+        }
+        Ok(outcome)
+    }
+}
+
+/// The stored signature of an operation that is past RECEIVED; an error for one that can no
+/// longer be signed; `None` for one waiting to be signed.
+fn already_signed(op: &pb::Operation) -> Result<Option<Signed>> {
+    match state_from_proto(op.state()) {
+        Some(OperationState::Received) => Ok(None),
+        Some(OperationState::Cancelled | OperationState::Rejected) | None => Err(Error::NotSignable {
+            op_id: op.op_id.clone(),
+            state: op.state().as_str_name().to_owned(),
+        }),
+        Some(_) => {
+            let last = op.attempts.last().ok_or_else(|| Error::NotSignable {
+                op_id: op.op_id.clone(),
+                state: format!("{} without attempts", op.state().as_str_name()),
+            })?;
+            Ok(Some(Signed { tx_id: last.tx_id.clone(), attempt: last.number, already_signed: true }))
+        }
+    }
+}

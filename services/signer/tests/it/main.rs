@@ -1,0 +1,37 @@
+//! The signer's command line as an operator uses it.
+
+use std::process::Command;
+
+fn signer() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sigcast-signer"))
+}
+
+#[test]
+fn import_dev_keys_then_list_them_and_refuse_a_wrong_passphrase() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    let run = |args: &[&str], passphrase: &str| {
+        signer()
+            .args(args)
+            .env("SIGCAST_SIGNER__KEYSTORE_DIR", &keys)
+            .env("SIGCAST_SIGNER_PASSPHRASE", passphrase)
+            .output()
+            .unwrap()
+    };
+    let imported = run(&["keys", "import-dev", "--count", "3"], "correct horse");
+    assert!(imported.status.success(), "{}", String::from_utf8_lossy(&imported.stderr));
+    let listed = run(&["keys", "list"], "correct horse");
+    let stdout = String::from_utf8(listed.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 3, "{stdout}");
+    assert!(stdout.contains("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"));
+
+    let wrong = run(&["keys", "list"], "wrong");
+    assert!(!wrong.status.success());
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    assert!(stderr.contains("keystore file"), "{stderr}");
+    assert!(!stderr.contains("ac0974bec39a17e36ba4a6b4d238ff944bacb478"), "no key material in errors");
+
+    let missing = signer().args(["keys", "list"]).env("SIGCAST_SIGNER__KEYSTORE_DIR", &keys).env_remove("SIGCAST_SIGNER_PASSPHRASE").output().unwrap();
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("SIGCAST_SIGNER_PASSPHRASE"));
+}

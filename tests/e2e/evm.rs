@@ -1,7 +1,8 @@
 //! EVM operations end to end: real anvil, real signer, broadcaster and gateway processes.
 
 use futures::StreamExt;
-use sigcast_e2e::{Stack, StackOptions};
+use rand::{Rng, SeedableRng};
+use sigcast_e2e::{Fault, Stack, StackOptions};
 use sigcast_evm::{Address, RpcPool, U256};
 use sigcast_proto::pb;
 use std::collections::HashMap;
@@ -68,12 +69,16 @@ async fn wait_terminal(stack: &Stack, op_ids: &[String], timeout: Duration) -> H
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_hundred_transfers_over_four_accounts_confirm_exactly() {
-    let stack = Stack::start(StackOptions::default()).await;
+/// One planned transfer: op_id, sender index, value in wei (unique, so a duplicate shows in
+/// the recipient's balance).
+type Planned = (String, usize, u64);
+
+/// Submits `count` transfers spread over the first `accounts` dev accounts, each sender
+/// paying its own fresh recipient.
+async fn submit_transfers(stack: &Stack, prefix: &str, count: usize, accounts: usize) -> Vec<Planned> {
     let client = stack.client().await;
-    let ops: Vec<(String, usize, u64)> = (0..200).map(|i| (format!("xfer-{i:03}"), i % 4, 1_000 + i as u64)).collect();
-    let submits = futures::stream::iter(ops.clone())
+    let planned: Vec<Planned> = (0..count).map(|i| (format!("{prefix}-{i:04}"), i % accounts, 1_000 + i as u64)).collect();
+    let results = futures::stream::iter(planned.clone())
         .map(|(op_id, sender, value)| {
             let mut client = client.clone();
             async move { client.submit_operation(transfer(&op_id, DEV[sender], &recipient(sender), value)).await }
@@ -81,26 +86,31 @@ async fn two_hundred_transfers_over_four_accounts_confirm_exactly() {
         .buffer_unordered(32)
         .collect::<Vec<_>>()
         .await;
-    if let Some(Err(status)) = submits.iter().find(|r| r.is_err()) {
+    if let Some(Err(status)) = results.iter().find(|r| r.is_err()) {
         panic!("a submit failed: {status:?}");
     }
+    planned
+}
 
-    let op_ids: Vec<String> = ops.iter().map(|(id, ..)| id.clone()).collect();
-    let done = wait_terminal(&stack, &op_ids, Duration::from_secs(180)).await;
+/// The invariant after any run: every operation CONFIRMED with success, each sender's
+/// on-chain transaction count equals its operations, each recipient received exactly the sum
+/// of its transfers, and no (account, nonce) serves two operations.
+async fn assert_exactly_once(stack: &Stack, planned: &[Planned], accounts: usize, timeout: Duration) {
+    let op_ids: Vec<String> = planned.iter().map(|(id, ..)| id.clone()).collect();
+    let done = wait_terminal(stack, &op_ids, timeout).await;
     for op in done.values() {
-        assert_eq!(op.state(), pb::OperationState::Confirmed, "{}: {:?}", op.op_id, op.error);
+        assert_eq!(op.state(), pb::OperationState::Confirmed, "{}: {:?}\n{}", op.op_id, op.error, stack.logs());
         assert_eq!(op.result.as_ref().unwrap().execution_status(), pb::ExecutionStatus::Success);
     }
-
     let chain = RpcPool::new(std::slice::from_ref(&stack.anvil.url), Duration::from_secs(5)).unwrap();
-    for (sender, account) in DEV.iter().enumerate() {
+    for (sender, account) in DEV.iter().enumerate().take(accounts) {
         let address: Address = account.parse().unwrap();
-        assert_eq!(chain.nonce(address).await.unwrap(), 50, "sender {account}: exactly 50 transactions");
-        let expected: u64 = ops.iter().filter(|(_, s, _)| *s == sender).map(|(_, _, v)| v).sum();
+        let expected_count = planned.iter().filter(|(_, s, _)| *s == sender).count() as u64;
+        assert_eq!(chain.nonce(address).await.unwrap(), expected_count, "sender {account}: transactions on chain");
+        let expected: u64 = planned.iter().filter(|(_, s, _)| *s == sender).map(|(_, _, v)| v).sum();
         let to: Address = recipient(sender).parse().unwrap();
-        assert_eq!(chain.balance(to).await.unwrap(), U256::from(expected), "recipient of {account}");
+        assert_eq!(chain.balance(to).await.unwrap(), U256::from(expected), "recipient of {account}: no duplicate, nothing lost");
     }
-    // Each operation's nonce is its own: 4 accounts × nonces 0..50, none twice.
     let mut nonces: Vec<(String, u64)> = done
         .values()
         .map(|op| match op.signing {
@@ -110,5 +120,61 @@ async fn two_hundred_transfers_over_four_accounts_confirm_exactly() {
         .collect();
     nonces.sort();
     nonces.dedup();
-    assert_eq!(nonces.len(), 200);
+    assert_eq!(nonces.len(), planned.len(), "one nonce per operation, one operation per nonce");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_transfers_over_four_accounts_confirm_exactly() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let planned = submit_transfers(&stack, "xfer", 200, 4).await;
+    assert_exactly_once(&stack, &planned, 4, Duration::from_secs(180)).await;
+}
+
+/// The seed of the fault run: `SIGCAST_FAULT_SEED` to replay one, else a fresh one (printed).
+fn fault_seed() -> u64 {
+    std::env::var("SIGCAST_FAULT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_hundred_transfers_through_a_faulty_proxy_land_exactly_once() {
+    let seed = fault_seed();
+    println!("fault seed {seed} (replay with SIGCAST_FAULT_SEED={seed})");
+    let stack = Stack::start(StackOptions { faults: Some((0.35, seed)), ..Default::default() }).await;
+    let planned = submit_transfers(&stack, "faulty", 500, 4).await;
+    assert_exactly_once(&stack, &planned, 4, Duration::from_secs(600)).await;
+    let stats = stack.proxy.as_ref().unwrap().stats();
+    println!("proxy: {} sends, {} faulted: {:?}", stats.sends, stats.faults.len(), stats.faults);
+    assert!(stats.faults.len() * 100 >= stats.sends * 25, "faults on a sizeable share of sends: {stats:?}");
+    for fault in [Fault::ForwardThenDrop, Fault::DropBeforeForward, Fault::ForwardThen502, Fault::ForwardThenReset, Fault::Delay] {
+        assert!(stats.faults.contains(&fault), "{fault:?} injected at least once");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_nine_of_signer_and_broadcaster_under_load_loses_and_duplicates_nothing() {
+    let seed = fault_seed();
+    println!("kill seed {seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut stack = Stack::start(StackOptions::default()).await;
+    let planned = submit_transfers(&stack, "killed", 500, 4).await;
+    let mut kills = 0;
+    while kills < 24 {
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(100..1_200))).await;
+        let service = if rng.gen_bool(0.5) { &mut stack.signers[0] } else { &mut stack.broadcasters[0] };
+        service.kill9();
+        kills += 1;
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..500))).await;
+        service.restart().await;
+    }
+    println!("{kills} kills");
+    assert_exactly_once(&stack, &planned, 4, Duration::from_secs(600)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_signers_and_two_broadcasters_on_one_store_allocate_each_nonce_once() {
+    let stack = Stack::start(StackOptions { replicas: 2, ..Default::default() }).await;
+    let planned = submit_transfers(&stack, "replicas", 200, 4).await;
+    assert_exactly_once(&stack, &planned, 4, Duration::from_secs(300)).await;
 }

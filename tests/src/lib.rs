@@ -2,8 +2,10 @@
 //! up, and kills it when dropped. Every rig picks its own free port and temp dir, so tests run
 //! in parallel.
 
+mod proxy;
 mod stack;
 
+pub use proxy::{Fault, FaultProxy, ProxyStats};
 pub use stack::{Anvil, Stack, StackOptions};
 
 use std::net::{SocketAddr, TcpListener};

@@ -17,6 +17,8 @@ fn anvil_binary() -> PathBuf {
 pub struct Anvil {
     /// Its JSON-RPC URL.
     pub url: String,
+    /// Its address.
+    pub addr: std::net::SocketAddr,
     child: Child,
 }
 
@@ -35,7 +37,7 @@ impl Anvil {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("starting anvil ({}): {e}; run scripts/install-deps.sh", anvil_binary().display()));
-        let anvil = Self { url: format!("http://{addr}"), child };
+        let anvil = Self { url: format!("http://{addr}"), addr, child };
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(addr).is_err() {
             assert!(Instant::now() < deadline, "anvil did not listen on {addr}");
@@ -59,11 +61,15 @@ pub struct StackOptions {
     pub accounts: usize,
     /// anvil block time; `None` for automine.
     pub block_time: Option<u64>,
+    /// Put a fault proxy between the broadcaster and anvil: (share of sends faulted, seed).
+    pub faults: Option<(f64, u64)>,
+    /// Signer and broadcaster processes of each kind (all on the one store).
+    pub replicas: usize,
 }
 
 impl Default for StackOptions {
     fn default() -> Self {
-        Self { accounts: 4, block_time: Some(1) }
+        Self { accounts: 4, block_time: Some(1), faults: None, replicas: 1 }
     }
 }
 
@@ -71,10 +77,12 @@ impl Default for StackOptions {
 pub struct Stack {
     /// The node.
     pub anvil: Anvil,
-    /// The signer process.
-    pub signer: Service,
-    /// The broadcaster process.
-    pub broadcaster: Service,
+    /// The fault proxy between the broadcasters and anvil, if asked for.
+    pub proxy: Option<crate::FaultProxy>,
+    /// The signer processes.
+    pub signers: Vec<Service>,
+    /// The broadcaster processes (the i-th uses the i-th signer).
+    pub broadcasters: Vec<Service>,
     /// The gateway process.
     pub gateway: Service,
     /// Shared directory: store, keys, configs, logs.
@@ -91,30 +99,46 @@ impl Stack {
         let chain = format!("[[evm_chains]]\nchain_id = 31337\nrpc_urls = [\"{}\"]\n", anvil.url);
         std::fs::write(path.join("passphrase"), "e2e passphrase\n").unwrap();
 
-        let (signer_addr, broadcaster_addr, gateway_addr) = (free_addr(), free_addr(), free_addr());
-        let signer_toml = format!(
-            "listen = \"{signer_addr}\"\nkeystore_dir = \"{}\"\npassphrase_file = \"{}\"\n{store}{chain}",
+        let proxy = match options.faults {
+            // Past the broadcaster's 2 s RPC timeout: a delayed reply is a timed-out send.
+            Some((rate, seed)) => Some(crate::FaultProxy::start(anvil.addr, rate, seed, Duration::from_millis(2_500)).await),
+            None => None,
+        };
+        let send_url = proxy.as_ref().map_or(anvil.url.clone(), |p| p.url.clone());
+        let send_chain = format!("[[evm_chains]]\nchain_id = 31337\nrpc_urls = [\"{send_url}\"]\n");
+        let keys = format!(
+            "keystore_dir = \"{}\"\npassphrase_file = \"{}\"\n",
             path.join("keys").display(),
             path.join("passphrase").display()
         );
-        std::fs::write(path.join("sigcast-signer.toml"), &signer_toml).unwrap();
+        std::fs::write(path.join("keys.toml"), format!("{keys}{store}{chain}")).unwrap();
         let import = Command::new(crate::binary("sigcast-signer"))
             .args(["--config"])
-            .arg(path.join("sigcast-signer.toml"))
+            .arg(path.join("keys.toml"))
             .args(["keys", "import-dev", "--count", &options.accounts.to_string()])
             .output()
             .expect("run sigcast-signer keys import-dev");
         assert!(import.status.success(), "{}", String::from_utf8_lossy(&import.stderr));
-        let signer = Service::start("sigcast-signer", path, signer_addr, &signer_toml).await;
 
-        let broadcaster_toml = format!(
-            "listen = \"{broadcaster_addr}\"\nsigner_url = \"http://{signer_addr}\"\npoll_ms = 100\n\
-             rpc_timeout_ms = 2000\nrebroadcast_ms = 3000\n{store}{chain}"
-        );
-        let broadcaster = Service::start("sigcast-broadcaster", path, broadcaster_addr, &broadcaster_toml).await;
+        let mut signers = Vec::new();
+        let mut broadcasters = Vec::new();
+        for replica in 0..options.replicas.max(1) {
+            let replica_dir = path.join(format!("replica-{replica}"));
+            std::fs::create_dir_all(&replica_dir).unwrap();
+            let signer_addr = free_addr();
+            let signer_toml = format!("listen = \"{signer_addr}\"\n{keys}{store}{chain}");
+            signers.push(Service::start("sigcast-signer", &replica_dir, signer_addr, &signer_toml).await);
+            let broadcaster_addr = free_addr();
+            let broadcaster_toml = format!(
+                "listen = \"{broadcaster_addr}\"\nsigner_url = \"http://{signer_addr}\"\npoll_ms = 100\n\
+                 rpc_timeout_ms = 2000\nrebroadcast_ms = 3000\n{store}{send_chain}"
+            );
+            broadcasters.push(Service::start("sigcast-broadcaster", &replica_dir, broadcaster_addr, &broadcaster_toml).await);
+        }
+        let gateway_addr = free_addr();
         let gateway_toml = format!("listen = \"{gateway_addr}\"\nwatch_poll_ms = 50\n{store}");
         let gateway = Service::start("sigcast-gateway", path, gateway_addr, &gateway_toml).await;
-        Self { anvil, signer, broadcaster, gateway, dir }
+        Self { anvil, proxy, signers, broadcasters, gateway, dir }
     }
 
     /// A client of the gateway.
@@ -124,12 +148,11 @@ impl Stack {
 
     /// Every service's log, for a failure message.
     pub fn logs(&self) -> String {
-        format!(
-            "--- signer\n{}\n--- broadcaster\n{}\n--- gateway\n{}",
-            tail(&self.signer.log()),
-            tail(&self.broadcaster.log()),
-            tail(&self.gateway.log())
-        )
+        let mut out = String::new();
+        for service in self.signers.iter().chain(&self.broadcasters).chain([&self.gateway]) {
+            out.push_str(&format!("--- {}\n{}\n", service.binary, tail(&service.log())));
+        }
+        out
     }
 }
 

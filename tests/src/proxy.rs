@@ -1,0 +1,172 @@
+//! A fault-injecting HTTP proxy between a sigcast service and a real node.
+//!
+//! It forwards JSON-RPC requests to the node unchanged. On `eth_sendRawTransaction` it injects,
+//! with a seeded probability, the failures that make a send's outcome unknown:
+//! forward-then-drop-the-reply, drop-before-forwarding, a 502 after forwarding, a connection
+//! reset after forwarding, and a reply delayed past the client's timeout. Reads pass through.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// One kind of injected failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fault {
+    /// The node receives the send; the client gets no reply (connection closed).
+    ForwardThenDrop,
+    /// The client's connection is closed before anything is forwarded.
+    DropBeforeForward,
+    /// The node receives the send; the client gets HTTP 502.
+    ForwardThen502,
+    /// The node receives the send; the client's connection is reset (RST).
+    ForwardThenReset,
+    /// The node receives the send; the reply comes after `delay`.
+    Delay,
+}
+
+const FAULTS: [Fault; 5] =
+    [Fault::ForwardThenDrop, Fault::DropBeforeForward, Fault::ForwardThen502, Fault::ForwardThenReset, Fault::Delay];
+
+/// What the proxy saw and did.
+#[derive(Debug, Default, Clone)]
+pub struct ProxyStats {
+    /// `eth_sendRawTransaction` requests received.
+    pub sends: usize,
+    /// Faults injected, by kind.
+    pub faults: Vec<Fault>,
+    /// Requests of any kind forwarded to the node.
+    pub forwarded: usize,
+}
+
+/// A running proxy; stops when dropped.
+pub struct FaultProxy {
+    /// The URL to give the client instead of the node's.
+    pub url: String,
+    stats: Arc<Mutex<ProxyStats>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FaultProxy {
+    /// Proxies to `upstream` (host:port), injecting a fault on a share `fault_rate` of sends,
+    /// chosen by an RNG seeded with `seed`; `delay` is how late a delayed reply comes.
+    pub async fn start(upstream: SocketAddr, fault_rate: f64, seed: u64, delay: Duration) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let stats = Arc::new(Mutex::new(ProxyStats::default()));
+        let rng = Arc::new(Mutex::new(StdRng::seed_from_u64(seed)));
+        let shared = stats.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (stats, rng) = (shared.clone(), rng.clone());
+                tokio::spawn(async move {
+                    let _ = serve(client, upstream, fault_rate, delay, stats, rng).await;
+                });
+            }
+        });
+        Self { url, stats, task }
+    }
+
+    /// What happened so far.
+    pub fn stats(&self) -> ProxyStats {
+        self.stats.lock().unwrap().clone()
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Reads one HTTP/1.1 request (headers and a Content-Length body); `None` at EOF.
+async fn read_request(stream: &mut TcpStream) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let header_end = loop {
+        if let Some(pos) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break pos + 4;
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    };
+    let headers = String::from_utf8_lossy(&buffer[..header_end]).to_ascii_lowercase();
+    let length: usize = headers
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
+        .unwrap_or(0);
+    while buffer.len() < header_end + length {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+    let body = buffer[header_end..header_end + length].to_vec();
+    Ok(Some((buffer[..header_end].to_vec(), body)))
+}
+
+/// Forwards one request body to the node and returns its whole HTTP response.
+async fn forward(upstream: SocketAddr, body: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut node = TcpStream::connect(upstream).await?;
+    let head = format!(
+        "POST / HTTP/1.1\r\nHost: {upstream}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    node.write_all(head.as_bytes()).await?;
+    node.write_all(body).await?;
+    let mut response = Vec::new();
+    node.read_to_end(&mut response).await?;
+    Ok(response)
+}
+
+async fn serve(
+    mut client: TcpStream,
+    upstream: SocketAddr,
+    fault_rate: f64,
+    delay: Duration,
+    stats: Arc<Mutex<ProxyStats>>,
+    rng: Arc<Mutex<StdRng>>,
+) -> std::io::Result<()> {
+    // One request per connection: the node's reply says `Connection: close`, and so do we.
+    let Some((_head, body)) = read_request(&mut client).await? else { return Ok(()) };
+    let is_send = String::from_utf8_lossy(&body).contains("eth_sendRawTransaction");
+    let fault = if is_send {
+        let mut rng = rng.lock().unwrap();
+        let fault = (rng.gen_bool(fault_rate)).then(|| FAULTS[rng.gen_range(0..FAULTS.len())]);
+        let mut stats = stats.lock().unwrap();
+        stats.sends += 1;
+        stats.faults.extend(fault);
+        fault
+    } else {
+        None
+    };
+    if fault == Some(Fault::DropBeforeForward) {
+        return Ok(());
+    }
+    let response = forward(upstream, &body).await?;
+    stats.lock().unwrap().forwarded += 1;
+    match fault {
+        Some(Fault::ForwardThenDrop) => return Ok(()),
+        Some(Fault::ForwardThen502) => {
+            client
+                .write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .await?;
+            return Ok(());
+        }
+        Some(Fault::ForwardThenReset) => {
+            client.set_zero_linger()?;
+            return Ok(());
+        }
+        Some(Fault::Delay) => tokio::time::sleep(delay).await,
+        _ => {}
+    }
+    client.write_all(&response).await?;
+    Ok(())
+}

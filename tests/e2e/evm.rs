@@ -9,14 +9,14 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// anvil's first dev accounts (their keys are imported by the stack).
-const DEV: [&str; 4] = [
+pub(crate) const DEV: [&str; 4] = [
     "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
     "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
     "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
     "0x90F79bf6EB2c4f870365E785982E1f101E93b906",
 ];
 
-fn recipient(i: usize) -> String {
+pub(crate) fn recipient(i: usize) -> String {
     format!("0x{:040x}", 0xbeef_0000 + i)
 }
 
@@ -71,11 +71,11 @@ async fn wait_terminal(stack: &Stack, op_ids: &[String], timeout: Duration) -> H
 
 /// One planned transfer: op_id, sender index, value in wei (unique, so a duplicate shows in
 /// the recipient's balance).
-type Planned = (String, usize, u64);
+pub(crate) type Planned = (String, usize, u64);
 
 /// Submits `count` transfers spread over the first `accounts` dev accounts, each sender
 /// paying its own fresh recipient.
-async fn submit_transfers(stack: &Stack, prefix: &str, count: usize, accounts: usize) -> Vec<Planned> {
+pub(crate) async fn submit_transfers(stack: &Stack, prefix: &str, count: usize, accounts: usize) -> Vec<Planned> {
     let client = stack.client().await;
     let planned: Vec<Planned> = (0..count).map(|i| (format!("{prefix}-{i:04}"), i % accounts, 1_000 + i as u64)).collect();
     let results = futures::stream::iter(planned.clone())
@@ -95,7 +95,7 @@ async fn submit_transfers(stack: &Stack, prefix: &str, count: usize, accounts: u
 /// The invariant after any run: every operation CONFIRMED with success, each sender's
 /// on-chain transaction count equals its operations, each recipient received exactly the sum
 /// of its transfers, and no (account, nonce) serves two operations.
-async fn assert_exactly_once(stack: &Stack, planned: &[Planned], accounts: usize, timeout: Duration) {
+pub(crate) async fn assert_exactly_once(stack: &Stack, planned: &[Planned], accounts: usize, timeout: Duration) {
     let op_ids: Vec<String> = planned.iter().map(|(id, ..)| id.clone()).collect();
     let done = wait_terminal(stack, &op_ids, timeout).await;
     for op in done.values() {
@@ -177,4 +177,44 @@ async fn two_signers_and_two_broadcasters_on_one_store_allocate_each_nonce_once(
     let stack = Stack::start(StackOptions { replicas: 2, ..Default::default() }).await;
     let planned = submit_transfers(&stack, "replicas", 200, 4).await;
     assert_exactly_once(&stack, &planned, 4, Duration::from_secs(300)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_nonce_consumed_by_an_outside_sender_rejects_with_evidence_and_later_operations_confirm() {
+    use sigcast_proto::sigcast::signer::v1::{SignOperationRequest, signer_service_client::SignerServiceClient};
+    let mut stack = Stack::start(StackOptions { accounts: 1, ..Default::default() }).await;
+    stack.broadcasters[0].kill9(); // nothing is sent until the outside sender has struck
+    let mut client = stack.client().await;
+    client.submit_operation(transfer("victim", DEV[0], &recipient(0), 5_000)).await.unwrap();
+    let mut signer = SignerServiceClient::connect(format!("http://{}", stack.signers[0].addr)).await.unwrap();
+    let signed = signer
+        .sign_operation(SignOperationRequest { op_id: "victim".into(), purpose: 1 })
+        .await
+        .unwrap()
+        .into_inner();
+    let again = signer.sign_operation(SignOperationRequest { op_id: "victim".into(), purpose: 1 }).await.unwrap().into_inner();
+    assert_eq!((again.tx_id.as_str(), again.already_signed), (signed.tx_id.as_str(), true), "re-signing returns the stored signature");
+
+    // Someone else sends from the same key at the same nonce 0, straight to the node.
+    let node = RpcPool::new(std::slice::from_ref(&stack.anvil.url), Duration::from_secs(5)).unwrap();
+    let outside = node.send_raw(&crate::direct::sign_transfer("0x00000000000000000000000000000000000a11ce", 1, 0)).await;
+    let outside_hash = outside.result.expect("outside send accepted");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while node.receipt(outside_hash).await.unwrap().is_none() {
+        assert!(Instant::now() < deadline, "outside transaction not mined");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    stack.broadcasters[0].restart().await;
+    client.submit_operation(transfer("after", DEV[0], &recipient(0), 7_000)).await.unwrap();
+    let done = wait_terminal(&stack, &["victim".into(), "after".into()], Duration::from_secs(120)).await;
+    let victim = &done["victim"];
+    assert_eq!(victim.state(), pb::OperationState::Rejected, "{victim:?}");
+    let error = victim.error.as_ref().unwrap();
+    assert_eq!(error.reason, "NONCE_CONSUMED_EXTERNALLY");
+    assert!(error.message.contains("nonce 1") && error.message.contains(&signed.tx_id), "evidence: {}", error.message);
+    assert_eq!(done["after"].state(), pb::OperationState::Confirmed, "{}", stack.logs());
+    let to: Address = recipient(0).parse().unwrap();
+    assert_eq!(node.balance(to).await.unwrap(), U256::from(7_000u64), "only the later operation paid");
+    assert_eq!(node.nonce(DEV[0].parse().unwrap()).await.unwrap(), 2, "the outside transaction and ours");
 }

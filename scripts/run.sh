@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Runs sigcast on the embedded default: a local anvil node (chain id 31337) and the services
-# on one SQLite store under ./.sigcast (override with SIGCAST_DATA). Installs what is missing.
-# Ctrl-C stops everything.
+# Runs sigcast on the embedded default: the gateway, signer and broadcaster as separate
+# processes on one SQLite store under ./.sigcast (override with SIGCAST_DATA), against a local
+# anvil whose dev accounts' keys are imported into encrypted keystores — or against an
+# existing node: SIGCAST_EVM_RPC=https://… (comma-separated for several endpoints).
+# Installs what is missing. Ctrl-C stops everything.
 #
-#   SIGCAST_LISTEN   gateway address            (default 127.0.0.1:50051)
-#   SIGCAST_DATA     data directory             (default ./.sigcast)
-#   ANVIL_PORT       local anvil port           (default 8545)
+#   SIGCAST_EVM_RPC     existing node(s) instead of a local anvil; keys then come from
+#                       SIGCAST_KEYSTORE_DIR with SIGCAST_SIGNER_PASSPHRASE
+#   SIGCAST_LISTEN      gateway address            (default 127.0.0.1:50051)
+#   SIGCAST_DATA        data directory             (default ./.sigcast)
+#   ANVIL_PORT          local anvil port           (default 8545)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,10 +17,9 @@ eval "$(bash scripts/install-deps.sh --env)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sigcast/target}"
 data="${SIGCAST_DATA:-$PWD/.sigcast}"
 listen="${SIGCAST_LISTEN:-127.0.0.1:50051}"
-anvil_port="${ANVIL_PORT:-8545}"
 mkdir -p "$data"
 
-cargo build --locked -p sigcast-gateway -p sigcast-cli --bins
+cargo build --locked -p sigcast-gateway -p sigcast-signer -p sigcast-broadcaster -p sigcast-cli --bins
 bin="$CARGO_TARGET_DIR/debug"
 
 pids=()
@@ -26,16 +29,73 @@ stop() {
 }
 trap stop EXIT INT TERM
 
-"$SIGCAST_ANVIL" --port "$anvil_port" --chain-id 31337 >"$data/anvil.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do
-  grep -q "Listening on" "$data/anvil.log" 2>/dev/null && break
-  sleep 0.1
-done
-echo "anvil:   http://127.0.0.1:$anvil_port (chain id 31337, log $data/anvil.log)" >&2
+wait_port() { # host:port
+  for _ in $(seq 300); do
+    (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "nothing listens on $1" >&2; return 1
+}
 
-SIGCAST_GATEWAY__LISTEN="$listen" SIGCAST_GATEWAY__STORE__PATH="$data/sigcast.db" \
-  "$bin/sigcast-gateway" &
+keys="${SIGCAST_KEYSTORE_DIR:-$data/keys}"
+if [ -n "${SIGCAST_EVM_RPC:-}" ]; then
+  rpc_list="$SIGCAST_EVM_RPC"
+  first="${rpc_list%%,*}"
+  chain_id=$(curl -fsS -H 'content-type: application/json' \
+    --data '{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}' "$first" |
+    python3 -c 'import json,sys; print(int(json.load(sys.stdin)["result"], 16))')
+  : "${SIGCAST_SIGNER_PASSPHRASE:?set SIGCAST_SIGNER_PASSPHRASE for the keystores in $keys}"
+  echo "node:    $rpc_list (chain id $chain_id)" >&2
+else
+  anvil_port="${ANVIL_PORT:-8545}"
+  "$SIGCAST_ANVIL" --port "$anvil_port" --host 127.0.0.1 --chain-id 31337 --block-time 1 >"$data/anvil.log" 2>&1 &
+  pids+=($!)
+  wait_port "127.0.0.1:$anvil_port"
+  rpc_list="http://127.0.0.1:$anvil_port"
+  chain_id=31337
+  # A dev passphrase for the dev keys of a local chain; a real deployment brings its own.
+  export SIGCAST_SIGNER_PASSPHRASE="${SIGCAST_SIGNER_PASSPHRASE:-sigcast-dev}"
+  echo "anvil:   $rpc_list (chain id 31337, block time 1 s, log $data/anvil.log)" >&2
+fi
+urls=$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1].split(",")))' "$rpc_list")
+
+store="[store]
+path = \"$data/sigcast.db\""
+chain="[[evm_chains]]
+chain_id = $chain_id
+rpc_urls = $urls"
+
+cat >"$data/signer.toml" <<TOML
+listen = "127.0.0.1:50052"
+keystore_dir = "$keys"
+$store
+$chain
+TOML
+cat >"$data/broadcaster.toml" <<TOML
+listen = "127.0.0.1:50053"
+signer_url = "http://127.0.0.1:50052"
+$store
+$chain
+TOML
+cat >"$data/gateway.toml" <<TOML
+listen = "$listen"
+$store
+[chains]
+evm_chain_ids = [$chain_id]
+TOML
+
+if [ -z "${SIGCAST_EVM_RPC:-}" ]; then
+  "$bin/sigcast-signer" --config "$data/signer.toml" keys import-dev --count 4 >/dev/null
+fi
+"$bin/sigcast-signer" --config "$data/signer.toml" 2>>"$data/signer.log" &
 pids+=($!)
-echo "gateway: $listen (store $data/sigcast.db) — try: grpcurl -plaintext $listen list" >&2
+wait_port 127.0.0.1:50052
+"$bin/sigcast-broadcaster" --config "$data/broadcaster.toml" 2>>"$data/broadcaster.log" &
+pids+=($!)
+"$bin/sigcast-gateway" --config "$data/gateway.toml" &
+pids+=($!)
+wait_port "$listen"
+echo "signer:      127.0.0.1:50052 (keys $keys, log $data/signer.log)" >&2
+echo "broadcaster: health on 127.0.0.1:50053 (log $data/broadcaster.log)" >&2
+echo "gateway:     $listen (store $data/sigcast.db) — try: grpcurl -plaintext $listen list" >&2
 wait -n "${pids[@]}"

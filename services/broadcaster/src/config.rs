@@ -58,7 +58,7 @@ impl Default for Config {
             evm_chains: vec![EvmChainConfig { chain_id: 31337, rpc_urls: vec!["http://127.0.0.1:8545".into()] }],
             poll_ms: 200,
             confirmations: 1,
-            rebroadcast_ms: 3_000,
+            rebroadcast_ms: 6_000,
             rpc_timeout_ms: 5_000,
             concurrency: 32,
             log: LogConfig::default(),
@@ -118,5 +118,15 @@ impl Config {
     /// Poll interval.
     pub fn poll(&self) -> Duration {
         Duration::from_millis(self.poll_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_valid() {
+        Config::default().validate().unwrap();
     }
 }

@@ -41,13 +41,19 @@ enum Command {
     },
 }
 
-fn main() -> Result<()> {
-    match Args::parse().command {
+fn main() -> std::process::ExitCode {
+    let result = match Args::parse().command {
         Command::DeriveOpId { chain, from, to, amount, reference } => {
-            println!("{}", op_id_for(&chain, &from, &to, &amount, &reference)?);
+            op_id_for(&chain, &from, &to, &amount, &reference).map(|op_id| println!("{op_id}"))
+        }
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
         }
     }
-    Ok(())
 }
 
 /// Normalizes the payment's fields for its chain and derives the op_id.

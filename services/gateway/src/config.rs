@@ -158,6 +158,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_defaults_are_valid() {
+        Config::default().validate().unwrap();
+    }
+
+    #[test]
     fn file_then_env_override_defaults() {
         figment::Jail::expect_with(|jail| {
             jail.create_file(

@@ -28,8 +28,18 @@ struct Args {
     print_config: bool,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    // One line with the whole cause chain; no backtrace for a configuration mistake.
+    match tokio::runtime::Runtime::new().map_err(anyhow::Error::from).and_then(|rt| rt.block_on(serve())) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut config = Config::load(args.config.as_deref())?;
     if let Some(listen) = args.listen {

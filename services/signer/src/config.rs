@@ -124,3 +124,13 @@ impl Config {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_valid() {
+        Config::default().validate().unwrap();
+    }
+}

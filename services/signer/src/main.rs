@@ -48,8 +48,18 @@ enum KeysCommand {
     List,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    // One line with the whole cause chain; no backtrace for a configuration mistake.
+    match tokio::runtime::Runtime::new().map_err(anyhow::Error::from).and_then(|rt| rt.block_on(serve())) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut config = Config::load(args.config.as_deref())?;
     match args.command.unwrap_or(Command::Serve { listen: None }) {

@@ -7,6 +7,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         root.join("sigcast/v1/operation.proto"),
         root.join("sigcast/signer/v1/signer.proto"),
     ];
+    // Rebuild when any contract file changes.
+    println!("cargo:rerun-if-changed={}", root.display());
+    for file in &files {
+        println!("cargo:rerun-if-changed={}", file.display());
+    }
     let descriptors = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("sigcast_descriptor.bin");
     tonic_prost_build::configure()
         .file_descriptor_set_path(&descriptors)

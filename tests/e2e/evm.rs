@@ -20,7 +20,7 @@ pub(crate) fn recipient(i: usize) -> String {
     format!("0x{:040x}", 0xbeef_0000 + i)
 }
 
-fn transfer(op_id: &str, from: &str, to: &str, value: u64) -> pb::SubmitOperationRequest {
+pub(crate) fn transfer(op_id: &str, from: &str, to: &str, value: u64) -> pb::SubmitOperationRequest {
     pb::SubmitOperationRequest {
         op_id: op_id.into(),
         intent: Some(pb::Intent {
@@ -35,7 +35,7 @@ fn transfer(op_id: &str, from: &str, to: &str, value: u64) -> pb::SubmitOperatio
 }
 
 /// Waits until every listed operation is terminal; returns them by op_id.
-async fn wait_terminal(stack: &Stack, op_ids: &[String], timeout: Duration) -> HashMap<String, pb::Operation> {
+pub(crate) async fn wait_terminal(stack: &Stack, op_ids: &[String], timeout: Duration) -> HashMap<String, pb::Operation> {
     let mut client = stack.client().await;
     let deadline = Instant::now() + timeout;
     loop {
@@ -188,11 +188,11 @@ async fn a_nonce_consumed_by_an_outside_sender_rejects_with_evidence_and_later_o
     client.submit_operation(transfer("victim", DEV[0], &recipient(0), 5_000)).await.unwrap();
     let mut signer = SignerServiceClient::connect(format!("http://{}", stack.signers[0].addr)).await.unwrap();
     let signed = signer
-        .sign_operation(SignOperationRequest { op_id: "victim".into(), purpose: 1 })
+        .sign_operation(SignOperationRequest { op_id: "victim".into(), purpose: 1, ..Default::default() })
         .await
         .unwrap()
         .into_inner();
-    let again = signer.sign_operation(SignOperationRequest { op_id: "victim".into(), purpose: 1 }).await.unwrap().into_inner();
+    let again = signer.sign_operation(SignOperationRequest { op_id: "victim".into(), purpose: 1, ..Default::default() }).await.unwrap().into_inner();
     assert_eq!((again.tx_id.as_str(), again.already_signed), (signed.tx_id.as_str(), true), "re-signing returns the stored signature");
 
     // Someone else sends from the same key at the same nonce 0, straight to the node.

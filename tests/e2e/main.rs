@@ -4,4 +4,5 @@
 mod direct;
 mod evm;
 mod naive;
+mod replacements;
 mod gateway;

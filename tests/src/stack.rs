@@ -65,11 +65,13 @@ pub struct StackOptions {
     pub faults: Option<(f64, u64)>,
     /// Signer and broadcaster processes of each kind (all on the one store).
     pub replicas: usize,
+    /// The broadcaster's `fee_bump_after_ms`.
+    pub fee_bump_after_ms: u64,
 }
 
 impl Default for StackOptions {
     fn default() -> Self {
-        Self { accounts: 4, block_time: Some(1), faults: None, replicas: 1 }
+        Self { accounts: 4, block_time: Some(1), faults: None, replicas: 1, fee_bump_after_ms: 60_000 }
     }
 }
 
@@ -131,7 +133,8 @@ impl Stack {
             let broadcaster_addr = free_addr();
             let broadcaster_toml = format!(
                 "listen = \"{broadcaster_addr}\"\nsigner_url = \"http://{signer_addr}\"\npoll_ms = 100\n\
-                 rpc_timeout_ms = 2000\nrebroadcast_ms = 3000\n{store}{send_chain}"
+                 rpc_timeout_ms = 2000\nrebroadcast_ms = 3000\nfee_bump_after_ms = {}\n{store}{send_chain}",
+                options.fee_bump_after_ms
             );
             broadcasters.push(Service::start("sigcast-broadcaster", &replica_dir, broadcaster_addr, &broadcaster_toml).await);
         }

@@ -13,6 +13,6 @@ mod tx;
 pub use classify::{SendClass, classify_send_error};
 pub use error::{Error, Result, RpcError};
 pub use rpc::{Receipt, RpcPool, SendAttempt};
-pub use tx::{Fees, SignedTx, TxParams, UnsignedTx, build_transaction};
+pub use tx::{Fees, SignedTx, TxParams, UnsignedTx, build_transaction, params_of};
 
 pub use alloy_primitives::{Address, B256, Signature, U256};

@@ -146,3 +146,68 @@ mod tests {
         );
     }
 }
+
+/// What a stored signed transaction fixed: its nonce, gas limit and fees. Used to build a
+/// replacement at the same nonce.
+pub fn params_of(raw: &[u8]) -> Option<TxParams> {
+    use alloy_consensus::Transaction;
+    use alloy_eips::eip2718::Decodable2718;
+    let envelope = TxEnvelope::decode_2718_exact(raw).ok()?;
+    let fees = match envelope.max_priority_fee_per_gas() {
+        Some(tip) => Fees::Eip1559 { max_fee_per_gas: envelope.max_fee_per_gas(), max_priority_fee_per_gas: tip },
+        None => Fees::Legacy { gas_price: envelope.gas_price()? },
+    };
+    Some(TxParams { nonce: envelope.nonce(), gas_limit: envelope.gas_limit(), fees })
+}
+
+impl Fees {
+    /// Fees for a replacement at the same nonce: at least `current` and at least 25% above
+    /// `previous` on every field (nodes require +10% to replace a pending transaction).
+    pub fn bumped(previous: Fees, current: Fees) -> Fees {
+        let up = |old: u128, now: u128| now.max(old + old / 4 + 1);
+        match (previous, current) {
+            (
+                Fees::Eip1559 { max_fee_per_gas: old_fee, max_priority_fee_per_gas: old_tip },
+                Fees::Eip1559 { max_fee_per_gas: fee, max_priority_fee_per_gas: tip },
+            ) => {
+                let tip = up(old_tip, tip);
+                Fees::Eip1559 { max_fee_per_gas: up(old_fee, fee).max(tip), max_priority_fee_per_gas: tip }
+            }
+            (Fees::Legacy { gas_price: old }, Fees::Legacy { gas_price: now }) => Fees::Legacy { gas_price: up(old, now) },
+            // A type change is not a replacement any node accepts: keep the previous type.
+            (previous, _) => Fees::bumped(previous, previous),
+        }
+    }
+}
+
+#[cfg(test)]
+mod replacement_tests {
+    use super::*;
+    use sigcast_domain::{EvmAddress, EvmTransfer, Wei};
+
+    #[test]
+    fn bumps_raise_every_fee_by_a_quarter_at_least() {
+        let old = Fees::Eip1559 { max_fee_per_gas: 100, max_priority_fee_per_gas: 10 };
+        let low_now = Fees::Eip1559 { max_fee_per_gas: 50, max_priority_fee_per_gas: 1 };
+        assert_eq!(Fees::bumped(old, low_now), Fees::Eip1559 { max_fee_per_gas: 126, max_priority_fee_per_gas: 13 });
+        let high_now = Fees::Eip1559 { max_fee_per_gas: 1_000, max_priority_fee_per_gas: 100 };
+        assert_eq!(Fees::bumped(old, high_now), high_now);
+        assert_eq!(Fees::bumped(Fees::Legacy { gas_price: 8 }, Fees::Legacy { gas_price: 1 }), Fees::Legacy { gas_price: 11 });
+    }
+
+    #[test]
+    fn params_come_back_out_of_signed_bytes() {
+        let intent = Intent::EvmTransfer(EvmTransfer {
+            chain_id: 1,
+            from: EvmAddress::from([1; 20]),
+            to: EvmAddress::from([2; 20]),
+            value: Wei::parse("5").unwrap(),
+        });
+        let params = TxParams { nonce: 9, gas_limit: 21_000, fees: Fees::Eip1559 { max_fee_per_gas: 7, max_priority_fee_per_gas: 3 } };
+        let unsigned = build_transaction(&intent, params).unwrap();
+        let signature = Signature::new(U256::from(1), U256::from(2), false);
+        let signed = unsigned.into_signed(signature);
+        assert_eq!(params_of(&signed.raw), Some(params));
+        assert_eq!(params_of(b"junk"), None);
+    }
+}

@@ -31,6 +31,9 @@ pub struct Config {
     pub confirmations: u64,
     /// How long after a send without inclusion the same bytes are sent again, in milliseconds.
     pub rebroadcast_ms: u64,
+    /// How long an attempt may wait for inclusion before a replacement with higher fees is
+    /// signed at the same nonce, in milliseconds; 0 turns fee bumps off.
+    pub fee_bump_after_ms: u64,
     /// Timeout of one RPC request, in milliseconds; a send that times out is an unknown outcome.
     pub rpc_timeout_ms: u64,
     /// Operations worked on at once.
@@ -59,6 +62,7 @@ impl Default for Config {
             poll_ms: 200,
             confirmations: 1,
             rebroadcast_ms: 6_000,
+            fee_bump_after_ms: 60_000,
             rpc_timeout_ms: 5_000,
             concurrency: 32,
             log: LogConfig::default(),

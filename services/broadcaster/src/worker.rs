@@ -36,6 +36,7 @@ pub struct Worker {
     chains: Arc<HashMap<String, Chain>>,
     confirmations: u64,
     rebroadcast: Duration,
+    fee_bump_after: Option<Duration>,
     concurrency: usize,
 }
 
@@ -56,6 +57,7 @@ impl Worker {
             chains: Arc::new(chains),
             confirmations: config.confirmations,
             rebroadcast: Duration::from_millis(config.rebroadcast_ms),
+            fee_bump_after: (config.fee_bump_after_ms > 0).then(|| Duration::from_millis(config.fee_bump_after_ms)),
             concurrency: config.concurrency,
         })
     }
@@ -100,7 +102,7 @@ impl Worker {
     }
 
     async fn sign(&self, op: pb::Operation) {
-        let request = SignOperationRequest { op_id: op.op_id.clone(), purpose: SignPurpose::Initial.into() };
+        let request = SignOperationRequest { op_id: op.op_id.clone(), purpose: SignPurpose::Initial.into(), replaces_attempt: 0 };
         match self.signer.clone().sign_operation(request).await {
             Ok(_) => {}
             Err(status) if status.code() == tonic::Code::PermissionDenied => {
@@ -117,9 +119,16 @@ impl Worker {
         }
     }
 
-    /// SIGNED → SENT: record the attempt, then send it.
+    /// SIGNED → SENT: record the attempt, then send it. A cancel asked for before the first
+    /// send takes the nonce with a cancel replacement instead: the nonce must be used.
     async fn first_send(&self, op: pb::Operation) {
-        let Some(attempt) = op.attempts.last().map(|a| a.number) else { return };
+        let Some(mut attempt) = op.attempts.last().map(|a| a.number) else { return };
+        if op.cancel_requested && !has_cancel(&op) {
+            match self.replace(&op, SignPurpose::Cancel, attempt).await {
+                Some(number) => attempt = number,
+                None => return,
+            }
+        }
         let now = SystemTime::now();
         let recorded = self
             .update(&op.op_id, OperationState::Signed, move |op| {
@@ -132,6 +141,19 @@ impl Worker {
             .await;
         if let Some(op) = recorded {
             self.send(&op, attempt).await;
+        }
+    }
+
+    /// Asks the signer for a replacement of attempt `last` at the same nonce; returns the
+    /// number of the operation's newest attempt afterwards.
+    async fn replace(&self, op: &pb::Operation, purpose: SignPurpose, last: u32) -> Option<u32> {
+        let request = SignOperationRequest { op_id: op.op_id.clone(), purpose: purpose.into(), replaces_attempt: last };
+        match self.signer.clone().sign_operation(request).await {
+            Ok(response) => Some(response.into_inner().attempt),
+            Err(status) => {
+                tracing::warn!(op.id = %op.op_id, purpose = purpose.as_str_name(), code = ?status.code(), message = status.message(), "replacement not signed; will retry");
+                None
+            }
         }
     }
 
@@ -194,7 +216,7 @@ impl Worker {
         let Ok(account) = op.account.parse::<Address>() else { return };
         match chain.pool.nonce(account).await {
             Ok(chain_nonce) if chain_nonce > nonce => self.prove_rejected(&op, chain, account, nonce, &hashes).await,
-            Ok(_) => self.rebroadcast_if_due(&op).await,
+            Ok(_) => self.replace_or_rebroadcast(&op).await,
             Err(error) => tracing::debug!(op.id = %op.op_id, %error, "nonce read failed"),
         }
     }
@@ -210,15 +232,20 @@ impl Worker {
             block_hash: receipt.block_hash.clone(),
             execution_status: if receipt.success { pb::ExecutionStatus::Success } else { pb::ExecutionStatus::Failed }.into(),
         };
-        let confirmed = self
+        // The cancel replacement landing is what makes an operation CANCELLED; any other of its
+        // transactions landing makes it CONFIRMED, cancel requested or not.
+        let hash = receipt.tx_hash.to_string();
+        let cancelled = op.attempts.iter().any(|a| a.tx_id == hash && a.reason == CANCEL);
+        let state = if cancelled { OperationState::Cancelled } else { OperationState::Confirmed };
+        let settled = self
             .update(&op.op_id, OperationState::Sent, move |op| {
-                op.set_state(state_to_proto(OperationState::Confirmed));
+                op.set_state(state_to_proto(state));
                 op.result = Some(result.clone());
                 op.error = None;
             })
             .await;
-        if confirmed.is_some() {
-            tracing::info!(op.id = %op.op_id, tx = %receipt.tx_hash, block = receipt.block_number, success = receipt.success, "confirmed");
+        if settled.is_some() {
+            tracing::info!(op.id = %op.op_id, tx = %receipt.tx_hash, block = receipt.block_number, success = receipt.success, ?state, "settled");
         }
     }
 
@@ -263,28 +290,41 @@ impl Worker {
         }
     }
 
-    async fn rebroadcast_if_due(&self, op: &pb::Operation) {
+    /// Nothing of the operation is included and its nonce is free: sign a cancel if one was
+    /// asked for, a fee bump if the last attempt waited too long, else resend its same bytes.
+    async fn replace_or_rebroadcast(&self, op: &pb::Operation) {
         let Some(last) = op.attempts.last() else { return };
-        let due = last
-            .send_time
-            .as_ref()
-            .and_then(|t| SystemTime::try_from(*t).ok())
-            .is_none_or(|sent| sent.elapsed().unwrap_or_default() >= self.rebroadcast);
-        if !due {
-            return;
-        }
-        let number = last.number;
+        let first_sent = last.send_time.as_ref().and_then(|t| SystemTime::try_from(*t).ok());
+        let last_sent = last.outcome_time.as_ref().and_then(|t| SystemTime::try_from(*t).ok()).or(first_sent);
+        let waited = |since: Option<SystemTime>, limit: Duration| since.is_none_or(|t| t.elapsed().unwrap_or_default() >= limit);
+        let purpose = if op.cancel_requested && !has_cancel(op) {
+            Some(SignPurpose::Cancel)
+        } else if self.fee_bump_after.is_some_and(|after| waited(first_sent, after)) && !has_cancel(op) {
+            Some(SignPurpose::FeeBump)
+        } else {
+            None
+        };
+        let number = match purpose {
+            Some(purpose) => match self.replace(op, purpose, last.number).await {
+                Some(number) if number != last.number => number,
+                _ => return,
+            },
+            None if waited(last_sent, self.rebroadcast) => last.number,
+            None => return,
+        };
         let now = SystemTime::now();
         let recorded = self
             .update(&op.op_id, OperationState::Sent, move |op| {
                 if let Some(a) = op.attempts.iter_mut().find(|a| a.number == number) {
-                    a.send_time = Some(now.into());
+                    if a.send_time.is_none() {
+                        a.send_time = Some(now.into());
+                    }
                     a.outcome = pb::AttemptOutcome::Pending.into();
                 }
             })
             .await;
         if let Some(op) = recorded {
-            tracing::debug!(op.id = %op.op_id, attempt = number, "resending the same bytes");
+            tracing::debug!(op.id = %op.op_id, attempt = number, ?purpose, "sending");
             self.send(&op, number).await;
         }
     }
@@ -321,6 +361,13 @@ impl Worker {
             }
         }
     }
+}
+
+/// The attempt reason of a cancel replacement.
+const CANCEL: &str = "cancel";
+
+fn has_cancel(op: &pb::Operation) -> bool {
+    op.attempts.iter().any(|a| a.reason == CANCEL)
 }
 
 fn evm_nonce(op: &pb::Operation) -> Option<u64> {

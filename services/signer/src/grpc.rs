@@ -1,6 +1,6 @@
 //! The signer's internal gRPC API.
 
-use crate::sign::Signer;
+use crate::sign::{Replacement, Signer};
 use sigcast_proto::sigcast::signer::v1 as api;
 use tonic::{Request, Response, Status};
 
@@ -13,17 +13,21 @@ impl api::signer_service_server::SignerService for Signer {
         let request = request.into_inner();
         let op_id = sigcast_proto::parse_op_id("op_id", &request.op_id)
             .map_err(|v| Status::invalid_argument(v.to_string()))?;
-        match api::SignPurpose::try_from(request.purpose) {
-            Ok(api::SignPurpose::Initial | api::SignPurpose::Unspecified) => {}
-            Ok(other) => {
-                return Err(Status::unimplemented(format!(
-                    "purpose {}: replacements are not signed by this version",
-                    other.as_str_name()
-                )));
+        let signed = match api::SignPurpose::try_from(request.purpose) {
+            Ok(api::SignPurpose::Initial | api::SignPurpose::Unspecified) => self.sign(op_id.as_str()).await?,
+            Ok(api::SignPurpose::FeeBump) => {
+                self.sign_replacement(op_id.as_str(), Replacement::FeeBump, request.replaces_attempt).await?
+            }
+            Ok(api::SignPurpose::Cancel) => {
+                self.sign_replacement(op_id.as_str(), Replacement::Cancel, request.replaces_attempt).await?
+            }
+            Ok(api::SignPurpose::Resign) => {
+                return Err(Status::failed_precondition(
+                    "purpose SIGN_PURPOSE_RESIGN: this version never re-signs at a new nonce",
+                ));
             }
             Err(_) => return Err(Status::invalid_argument(format!("purpose: unknown value {}", request.purpose))),
-        }
-        let signed = self.sign(op_id.as_str()).await?;
+        };
         Ok(Response::new(api::SignOperationResponse {
             tx_id: signed.tx_id,
             attempt: signed.attempt,

@@ -13,7 +13,7 @@ mod sign;
 
 pub use config::Config;
 pub use error::{Error, Result};
-pub use sign::{Signed, Signer};
+pub use sign::{Replacement, Signed, Signer};
 
 use sigcast_proto::sigcast::signer::v1::signer_service_server::SignerServiceServer;
 use sigcast_store::Store;

@@ -10,7 +10,8 @@ use crate::error::{Error, Result};
 use crate::keys::Keyring;
 use alloy_signer::SignerSync;
 use sigcast_domain::{Intent, IntentRules, OperationState};
-use sigcast_evm::{Address, Fees, RpcPool, TxParams, build_transaction};
+use sigcast_domain::{EvmAddress, EvmTransfer, Wei};
+use sigcast_evm::{Address, Fees, RpcPool, TxParams, build_transaction, params_of};
 use sigcast_proto::{intent_from_proto, pb, state_from_proto, state_to_proto};
 use sigcast_store::{Store, accounts, operations};
 use std::collections::HashMap;
@@ -19,6 +20,25 @@ use std::time::{Duration, SystemTime};
 
 /// Gas of a plain transfer.
 const TRANSFER_GAS: u64 = 21_000;
+
+/// Why a replacement at the same nonce is signed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replacement {
+    /// The same intent with higher fees.
+    FeeBump,
+    /// A zero-value self-transfer that takes the nonce instead of the operation.
+    Cancel,
+}
+
+impl Replacement {
+    /// The attempt `reason` recorded for it.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Replacement::FeeBump => "fee_bump",
+            Replacement::Cancel => "cancel",
+        }
+    }
+}
 
 /// What a sign call did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,6 +198,129 @@ impl Signer {
             tracing::info!(op.id = %op_id, tx = %outcome.tx_id, "operation signed");
         }
         Ok(outcome)
+    }
+}
+
+impl Signer {
+    /// Signs a declared replacement of `op_id`'s last attempt at the same nonce: a fee bump, or
+    /// a cancel. Only the operation that owns the nonce gets a second payload there, and only
+    /// while `replaces_attempt` is still its last attempt; otherwise the last one is returned.
+    pub async fn sign_replacement(&self, op_id: &str, kind: Replacement, replaces_attempt: u32) -> Result<Signed> {
+        let root = self.store.root().clone();
+        let id = op_id.to_owned();
+        let read = self
+            .store
+            .read_async(move |tx| {
+                let op = operations::get(tx, &root, &id)?;
+                let last = op.as_ref().and_then(|op| op.attempts.last().map(|a| a.number));
+                let payload = match last {
+                    Some(n) => accounts::payload(tx, &root, &id, n)?,
+                    None => None,
+                };
+                Ok((op, payload))
+            })
+            .await?;
+        let (Some(op), Some(previous_raw)) = read else {
+            return Err(Error::NotFound(op_id.to_owned()));
+        };
+        let not_signable = || Error::NotSignable { op_id: op_id.to_owned(), state: op.state().as_str_name().to_owned() };
+        if !matches!(state_from_proto(op.state()), Some(OperationState::Signed | OperationState::Sent)) {
+            return Err(not_signable());
+        }
+        let last = op.attempts.last().ok_or_else(not_signable)?;
+        let existing_cancel = op.attempts.iter().find(|a| a.reason == Replacement::Cancel.reason());
+        if let Some(cancel) = existing_cancel.filter(|_| kind == Replacement::Cancel) {
+            return Ok(Signed { tx_id: cancel.tx_id.clone(), attempt: cancel.number, already_signed: true });
+        }
+        if last.number != replaces_attempt || existing_cancel.is_some() {
+            return Ok(Signed { tx_id: last.tx_id.clone(), attempt: last.number, already_signed: true });
+        }
+        let previous = params_of(&previous_raw).ok_or_else(|| Error::BadIntent {
+            op_id: op_id.to_owned(),
+            reason: "the stored payload does not decode".into(),
+        })?;
+        let intent = intent_from_proto("intent", op.intent.as_ref(), &self.rules).map_err(|violations| Error::BadIntent {
+            op_id: op_id.to_owned(),
+            reason: violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+        })?;
+        let (chain_id, from) = match &intent {
+            Intent::EvmTransfer(t) => (t.chain_id, t.from),
+            Intent::EvmContractCall(c) => (c.chain_id, c.from),
+            other => return Err(Error::UnknownChain { op_id: op_id.to_owned(), chain: other.chain().to_string() }),
+        };
+        let address = Address::from(*from.as_bytes());
+        let key = self.keys.get(&address).ok_or_else(|| Error::NoKey { op_id: op_id.to_owned(), account: address.to_string() })?;
+        let chain = self
+            .chains
+            .get(&chain_id)
+            .ok_or_else(|| Error::UnknownChain { op_id: op_id.to_owned(), chain: format!("eip155:{chain_id}") })?;
+        let current = match chain.tx_type {
+            TxType::Eip1559 => chain.pool.eip1559_fees().await,
+            TxType::Legacy => chain.pool.gas_price().await.map(|gas_price| Fees::Legacy { gas_price }),
+        }
+        .map_err(|source| Error::Chain { op_id: op_id.to_owned(), source })?;
+        let fees = Fees::bumped(previous.fees, current);
+        let (intent, gas_limit) = match kind {
+            Replacement::FeeBump => (intent, previous.gas_limit),
+            Replacement::Cancel => (
+                Intent::EvmTransfer(EvmTransfer { chain_id, from, to: EvmAddress::from(*from.as_bytes()), value: Wei::zero() }),
+                TRANSFER_GAS,
+            ),
+        };
+        let params = TxParams { nonce: previous.nonce, gas_limit, fees };
+
+        let root = self.store.root().clone();
+        let id = op_id.to_owned();
+        let now = SystemTime::now();
+        let signed = self
+            .store
+            .run_async(move |tx| {
+                let Some(stored) = operations::get(tx, &root, &id)? else {
+                    return Ok(Err(Error::NotFound(id.clone())));
+                };
+                let Some(last) = stored.attempts.last().cloned() else {
+                    return Ok(Err(Error::NotFound(id.clone())));
+                };
+                if last.number != replaces_attempt {
+                    return Ok(Ok(Signed { tx_id: last.tx_id, attempt: last.number, already_signed: true }));
+                }
+                // DO NOT TURN THIS OFF: a second payload at a nonce only for the operation that owns it.
+                let owner = accounts::nonce_owner(tx, &root, &stored.chain, &stored.account, params.nonce)?;
+                if owner.as_deref() != Some(id.as_str()) {
+                    return Ok(Err(Error::Interlock(accounts::NonceTaken {
+                        chain: stored.chain.clone(),
+                        account: stored.account.clone(),
+                        nonce: params.nonce,
+                        owner: owner.unwrap_or_default(),
+                    })));
+                }
+                let unsigned = match build_transaction(&intent, params) {
+                    Ok(unsigned) => unsigned,
+                    Err(e) => return Ok(Err(Error::BadIntent { op_id: id.clone(), reason: e.to_string() })),
+                };
+                let signature = match key.sign_hash_sync(&unsigned.signature_hash()) {
+                    Ok(signature) => signature,
+                    Err(e) => return Ok(Err(Error::Sign { op_id: id.clone(), nonce: params.nonce, reason: e.to_string() })),
+                };
+                let signed = unsigned.into_signed(signature);
+                let number = last.number + 1;
+                accounts::put_payload(tx, &root, &id, number, &signed.raw)?;
+                let mut op = stored.clone();
+                op.attempts.push(pb::Attempt {
+                    number,
+                    tx_id: signed.hash.to_string(),
+                    outcome: pb::AttemptOutcome::Pending.into(),
+                    reason: kind.reason().into(),
+                    ..Default::default()
+                });
+                operations::put(tx, &root, Some(&stored), &mut op, now)?;
+                Ok(Ok(Signed { tx_id: signed.hash.to_string(), attempt: number, already_signed: false }))
+            })
+            .await??;
+        if !signed.already_signed {
+            tracing::info!(op.id = %op_id, tx = %signed.tx_id, attempt = signed.attempt, reason = kind.reason(), "replacement signed");
+        }
+        Ok(signed)
     }
 }
 

@@ -2,6 +2,7 @@
 //! by the real grpcurl without proto files (server reflection), stopped by SIGTERM.
 
 mod direct;
+mod endpoints;
 mod evm;
 mod naive;
 mod replacements;

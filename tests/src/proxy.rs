@@ -54,6 +54,15 @@ impl FaultProxy {
     /// Proxies to `upstream` (host:port), injecting a fault on a share `fault_rate` of sends,
     /// chosen by an RNG seeded with `seed`; `delay` is how late a delayed reply comes.
     pub async fn start(upstream: SocketAddr, fault_rate: f64, seed: u64, delay: Duration) -> Self {
+        Self::launch(upstream, fault_rate, seed, delay, None).await
+    }
+
+    /// A slow endpoint: forwards everything, and answers every request `lag` late.
+    pub async fn slow(upstream: SocketAddr, lag: Duration) -> Self {
+        Self::launch(upstream, 0.0, 0, Duration::ZERO, Some(lag)).await
+    }
+
+    async fn launch(upstream: SocketAddr, fault_rate: f64, seed: u64, delay: Duration, lag: Option<Duration>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let url = format!("http://{}", listener.local_addr().unwrap());
         let stats = Arc::new(Mutex::new(ProxyStats::default()));
@@ -63,7 +72,7 @@ impl FaultProxy {
             while let Ok((client, _)) = listener.accept().await {
                 let (stats, rng) = (shared.clone(), rng.clone());
                 tokio::spawn(async move {
-                    let _ = serve(client, upstream, fault_rate, delay, stats, rng).await;
+                    let _ = serve(client, upstream, fault_rate, delay, lag, stats, rng).await;
                 });
             }
         });
@@ -131,6 +140,7 @@ async fn serve(
     upstream: SocketAddr,
     fault_rate: f64,
     delay: Duration,
+    lag: Option<Duration>,
     stats: Arc<Mutex<ProxyStats>>,
     rng: Arc<Mutex<StdRng>>,
 ) -> std::io::Result<()> {
@@ -152,6 +162,9 @@ async fn serve(
     }
     let response = forward(upstream, &body).await?;
     stats.lock().unwrap().forwarded += 1;
+    if let Some(lag) = lag {
+        tokio::time::sleep(lag).await;
+    }
     match fault {
         Some(Fault::ForwardThenDrop) => return Ok(()),
         Some(Fault::ForwardThen502) => {

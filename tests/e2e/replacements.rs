@@ -128,3 +128,28 @@ async fn a_cancel_before_signing_sends_nothing() {
     let to: Address = recipient(0).parse().unwrap();
     assert_eq!(node.balance(to).await.unwrap(), U256::from(2_000u64));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_operation_is_rejected_and_its_nonce_filled_so_later_ones_confirm() {
+    let stack = Stack::start(StackOptions { accounts: 1, ..Default::default() }).await;
+    let mut client = stack.client().await;
+    // 20,000 ETH from an account holding 10,000: the node refuses it (insufficient funds).
+    let mut broke = transfer("too-big", DEV[0], &recipient(0), 0);
+    if let Some(pb::Intent { kind: Some(pb::intent::Kind::EvmTransfer(t)) }) = broke.intent.as_mut() {
+        t.value_wei = "20000000000000000000000".into();
+    }
+    client.submit_operation(broke).await.unwrap();
+    client.submit_operation(transfer("after-gap", DEV[0], &recipient(0), 6_000)).await.unwrap();
+    let done = wait_terminal(&stack, &["too-big".into(), "after-gap".into()], Duration::from_secs(90)).await;
+    let refused = &done["too-big"];
+    assert_eq!(refused.state(), pb::OperationState::Rejected, "{refused:?}\n{}", stack.logs());
+    let error = refused.error.as_ref().unwrap();
+    assert_eq!(error.reason, "NEVER_APPLIED");
+    assert!(error.message.to_lowercase().contains("insufficient funds"), "{}", error.message);
+    assert!(refused.attempts.iter().any(|a| a.reason == "gap_fill"));
+    assert_eq!(done["after-gap"].state(), pb::OperationState::Confirmed, "{}", stack.logs());
+    let node = node(&stack).await;
+    assert_eq!(node.nonce(DEV[0].parse().unwrap()).await.unwrap(), 2, "the fill and the later operation");
+    let to: Address = recipient(0).parse().unwrap();
+    assert_eq!(node.balance(to).await.unwrap(), U256::from(6_000u64), "the refused transfer never paid");
+}

@@ -12,9 +12,12 @@ use crate::RpcError;
 pub enum SendClass {
     /// The node already has this exact transaction: as good as accepted.
     AlreadyKnown,
-    /// The node refused the transaction and it was never applied (funds, gas, fee, chain id,
-    /// signature). The nonce stays free; the payload may be accepted later or must be replaced.
+    /// The node refused the transaction and it was never applied (funds, gas, chain id,
+    /// signature). The nonce stays free.
     Rejected,
+    /// The node refused the transaction for its fees (below the base fee or the pool's
+    /// minimum). Never applied; a replacement with higher fees may be accepted.
+    Underpriced,
     /// The nonce is already used or taken in the pool — possibly by this very operation's
     /// earlier attempt. Resolved by reading receipts and the account nonce.
     NonceUsed,
@@ -51,11 +54,6 @@ const REJECTED: &[&str] = &[
     "exceeds block gas limit",       // geth, erigon
     "gaslimitexceeded",              // nethermind
     "exceeds_block_gas_limit",       // besu
-    "max fee per gas less than block base fee", // geth, erigon, anvil
-    "feetoolow",                     // nethermind (FeeTooLow)
-    "gas_price_below_current_base_fee", // besu
-    "gas_price_too_low",             // besu
-    "transaction underpriced",       // geth: below the pool's minimum
     "invalid chain id",              // geth
     "chainid",                       // nethermind (InvalidChainId), besu (WRONG_CHAIN_ID)
     "wrong_chain_id",                // besu
@@ -64,9 +62,14 @@ const REJECTED: &[&str] = &[
     "oversized data",                // geth
     "max priority fee per gas higher than max fee per gas", // geth
     "tip higher than fee cap",
-    "nonce too high",                // geth (when not queued), anvil
-    "nonce_too_high",                // besu
-    "noncegap",                      // nethermind
+];
+
+const UNDERPRICED: &[&str] = &[
+    "max fee per gas less than block base fee", // geth, erigon, anvil
+    "feetoolow",                     // nethermind (FeeTooLow)
+    "gas_price_below_current_base_fee", // besu
+    "gas_price_too_low",             // besu
+    "transaction underpriced",       // geth: below the pool's minimum
 ];
 
 /// Classifies a failed send.
@@ -87,6 +90,8 @@ fn classify_message(message: &str) -> SendClass {
         SendClass::AlreadyKnown
     } else if NONCE_USED.iter().any(|m| lower.contains(m)) {
         SendClass::NonceUsed
+    } else if UNDERPRICED.iter().any(|m| lower.contains(m)) {
+        SendClass::Underpriced
     } else if REJECTED.iter().any(|m| lower.contains(m)) {
         SendClass::Rejected
     } else {
@@ -112,8 +117,8 @@ mod tests {
             ("replacement transaction underpriced", SendClass::NonceUsed),
             ("insufficient funds for gas * price + value: balance 0, tx cost 21000", SendClass::Rejected),
             ("intrinsic gas too low: gas 20000, minimum needed 21000", SendClass::Rejected),
-            ("max fee per gas less than block base fee: address 0x…, maxFeePerGas: 1, baseFee: 7", SendClass::Rejected),
-            ("transaction underpriced: tip needed 1, tip permitted 0", SendClass::Rejected),
+            ("max fee per gas less than block base fee: address 0x…, maxFeePerGas: 1, baseFee: 7", SendClass::Underpriced),
+            ("transaction underpriced: tip needed 1, tip permitted 0", SendClass::Underpriced),
             ("invalid sender", SendClass::Rejected),
             // anvil
             ("transaction already imported", SendClass::AlreadyKnown),
@@ -128,7 +133,8 @@ mod tests {
             ("AlreadyKnown", SendClass::AlreadyKnown),
             ("OldNonce, Current nonce: 5, nonce of rejected tx: 4", SendClass::NonceUsed),
             ("InsufficientFunds, Account 0x… balance: 0, cumulative cost: 21000", SendClass::Rejected),
-            ("FeeTooLow, MaxFeePerGas too low", SendClass::Rejected),
+            ("FeeTooLow, MaxFeePerGas too low", SendClass::Underpriced),
+            ("GAS_PRICE_BELOW_CURRENT_BASE_FEE", SendClass::Underpriced),
             ("InvalidChainId", SendClass::Rejected),
             // besu
             ("Known transaction", SendClass::AlreadyKnown),
@@ -137,6 +143,9 @@ mod tests {
             ("REPLACEMENT_UNDERPRICED", SendClass::NonceUsed),
             ("Upfront cost exceeds account balance (UPFRONT_COST_EXCEEDS_BALANCE)", SendClass::Rejected),
             ("WRONG_CHAIN_ID", SendClass::Rejected),
+            // A nonce ahead of the node's view is early, not invalid: the same bytes later.
+            ("nonce too high", SendClass::Unknown),
+            ("NonceGap", SendClass::Unknown),
             // anything else
             ("internal error", SendClass::Unknown),
             ("", SendClass::Unknown),

@@ -123,7 +123,7 @@ impl Worker {
     /// send takes the nonce with a cancel replacement instead: the nonce must be used.
     async fn first_send(&self, op: pb::Operation) {
         let Some(mut attempt) = op.attempts.last().map(|a| a.number) else { return };
-        if op.cancel_requested && !has_cancel(&op) {
+        if op.cancel_requested && !has_self_transfer(&op) {
             match self.replace(&op, SignPurpose::Cancel, attempt).await {
                 Some(number) => attempt = number,
                 None => return,
@@ -180,7 +180,11 @@ impl Worker {
                 SendClass::AlreadyKnown => (pb::AttemptOutcome::Accepted, None),
                 SendClass::Rejected => (
                     pb::AttemptOutcome::Rejected,
-                    Some(pb::OperationError { reason: "SEND_REJECTED".into(), message: e.to_string() }),
+                    Some(pb::OperationError { reason: SEND_REJECTED.into(), message: e.to_string() }),
+                ),
+                SendClass::Underpriced => (
+                    pb::AttemptOutcome::Rejected,
+                    Some(pb::OperationError { reason: UNDERPRICED.into(), message: e.to_string() }),
                 ),
                 SendClass::NonceUsed | SendClass::Unknown => (pb::AttemptOutcome::Unknown, None),
             },
@@ -194,7 +198,10 @@ impl Worker {
                 a.outcome = outcome.into();
                 a.outcome_time = Some(now.into());
             }
-            if error.is_some() {
+            // A self-transfer's acceptance says nothing about why the operation's own
+            // transaction was refused: keep that reason as the evidence.
+            let self_transfer = op.attempts.iter().any(|a| a.number == attempt && (a.reason == CANCEL || a.reason == GAP_FILL));
+            if error.is_some() || !self_transfer {
                 op.error = error.clone();
             }
         })
@@ -235,13 +242,30 @@ impl Worker {
         // The cancel replacement landing is what makes an operation CANCELLED; any other of its
         // transactions landing makes it CONFIRMED, cancel requested or not.
         let hash = receipt.tx_hash.to_string();
-        let cancelled = op.attempts.iter().any(|a| a.tx_id == hash && a.reason == CANCEL);
-        let state = if cancelled { OperationState::Cancelled } else { OperationState::Confirmed };
+        let landed = op.attempts.iter().find(|a| a.tx_id == hash).map(|a| a.reason.as_str()).unwrap_or_default();
+        let (state, error) = match landed {
+            CANCEL => (OperationState::Cancelled, None),
+            // The node refused the operation's own transaction; the fill took its nonce, so it
+            // can never apply.
+            GAP_FILL => (
+                OperationState::Rejected,
+                Some(pb::OperationError {
+                    reason: "NEVER_APPLIED".into(),
+                    message: format!(
+                        "the node refused the operation's transaction ({}); its nonce was filled by the \
+                         zero-value self-transfer {hash} in block {}, so it can never apply",
+                        op.error.as_ref().map_or("no reason recorded", |e| e.message.as_str()),
+                        receipt.block_number
+                    ),
+                }),
+            ),
+            _ => (OperationState::Confirmed, None),
+        };
         let settled = self
             .update(&op.op_id, OperationState::Sent, move |op| {
                 op.set_state(state_to_proto(state));
                 op.result = Some(result.clone());
-                op.error = None;
+                op.error = error.clone();
             })
             .await;
         if settled.is_some() {
@@ -297,9 +321,15 @@ impl Worker {
         let first_sent = last.send_time.as_ref().and_then(|t| SystemTime::try_from(*t).ok());
         let last_sent = last.outcome_time.as_ref().and_then(|t| SystemTime::try_from(*t).ok()).or(first_sent);
         let waited = |since: Option<SystemTime>, limit: Duration| since.is_none_or(|t| t.elapsed().unwrap_or_default() >= limit);
-        let purpose = if op.cancel_requested && !has_cancel(op) {
+        let refused = last.outcome() == pb::AttemptOutcome::Rejected;
+        let refused_for = |reason: &str| refused && op.error.as_ref().is_some_and(|e| e.reason == reason);
+        let purpose = if has_self_transfer(op) {
+            None // a cancel or gap fill is final: only resent
+        } else if op.cancel_requested {
             Some(SignPurpose::Cancel)
-        } else if self.fee_bump_after.is_some_and(|after| waited(first_sent, after)) && !has_cancel(op) {
+        } else if refused_for(SEND_REJECTED) {
+            Some(SignPurpose::GapFill)
+        } else if refused_for(UNDERPRICED) || self.fee_bump_after.is_some_and(|after| waited(first_sent, after)) {
             Some(SignPurpose::FeeBump)
         } else {
             None
@@ -363,11 +393,15 @@ impl Worker {
     }
 }
 
-/// The attempt reason of a cancel replacement.
+/// Attempt reasons of the self-transfers that take an operation's nonce.
 const CANCEL: &str = "cancel";
+const GAP_FILL: &str = "gap_fill";
+/// Operation error reasons of a refused send.
+const SEND_REJECTED: &str = "SEND_REJECTED";
+const UNDERPRICED: &str = "UNDERPRICED";
 
-fn has_cancel(op: &pb::Operation) -> bool {
-    op.attempts.iter().any(|a| a.reason == CANCEL)
+fn has_self_transfer(op: &pb::Operation) -> bool {
+    op.attempts.iter().any(|a| a.reason == CANCEL || a.reason == GAP_FILL)
 }
 
 fn evm_nonce(op: &pb::Operation) -> Option<u64> {

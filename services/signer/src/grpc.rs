@@ -21,6 +21,9 @@ impl api::signer_service_server::SignerService for Signer {
             Ok(api::SignPurpose::Cancel) => {
                 self.sign_replacement(op_id.as_str(), Replacement::Cancel, request.replaces_attempt).await?
             }
+            Ok(api::SignPurpose::GapFill) => {
+                self.sign_replacement(op_id.as_str(), Replacement::GapFill, request.replaces_attempt).await?
+            }
             Ok(api::SignPurpose::Resign) => {
                 return Err(Status::failed_precondition(
                     "purpose SIGN_PURPOSE_RESIGN: this version never re-signs at a new nonce",

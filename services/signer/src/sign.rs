@@ -28,6 +28,8 @@ pub enum Replacement {
     FeeBump,
     /// A zero-value self-transfer that takes the nonce instead of the operation.
     Cancel,
+    /// The same self-transfer, taking the nonce of an operation the node refused.
+    GapFill,
 }
 
 impl Replacement {
@@ -36,6 +38,7 @@ impl Replacement {
         match self {
             Replacement::FeeBump => "fee_bump",
             Replacement::Cancel => "cancel",
+            Replacement::GapFill => "gap_fill",
         }
     }
 }
@@ -228,11 +231,15 @@ impl Signer {
             return Err(not_signable());
         }
         let last = op.attempts.last().ok_or_else(not_signable)?;
-        let existing_cancel = op.attempts.iter().find(|a| a.reason == Replacement::Cancel.reason());
-        if let Some(cancel) = existing_cancel.filter(|_| kind == Replacement::Cancel) {
-            return Ok(Signed { tx_id: cancel.tx_id.clone(), attempt: cancel.number, already_signed: true });
+        // A self-transfer (cancel or gap fill) is final: nothing replaces it, and there is one.
+        let existing_self_transfer = op
+            .attempts
+            .iter()
+            .find(|a| a.reason == Replacement::Cancel.reason() || a.reason == Replacement::GapFill.reason());
+        if let Some(existing) = existing_self_transfer {
+            return Ok(Signed { tx_id: existing.tx_id.clone(), attempt: existing.number, already_signed: true });
         }
-        if last.number != replaces_attempt || existing_cancel.is_some() {
+        if last.number != replaces_attempt {
             return Ok(Signed { tx_id: last.tx_id.clone(), attempt: last.number, already_signed: true });
         }
         let previous = params_of(&previous_raw).ok_or_else(|| Error::BadIntent {
@@ -262,7 +269,7 @@ impl Signer {
         let fees = Fees::bumped(previous.fees, current);
         let (intent, gas_limit) = match kind {
             Replacement::FeeBump => (intent, previous.gas_limit),
-            Replacement::Cancel => (
+            Replacement::Cancel | Replacement::GapFill => (
                 Intent::EvmTransfer(EvmTransfer { chain_id, from, to: EvmAddress::from(*from.as_bytes()), value: Wei::zero() }),
                 TRANSFER_GAS,
             ),

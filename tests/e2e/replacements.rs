@@ -153,3 +153,33 @@ async fn a_refused_operation_is_rejected_and_its_nonce_filled_so_later_ones_conf
     let to: Address = recipient(0).parse().unwrap();
     assert_eq!(node.balance(to).await.unwrap(), U256::from(6_000u64), "the refused transfer never paid");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reorged_out_transaction_is_resent_byte_identical_and_confirms_once() {
+    let stack = Stack::start(StackOptions { accounts: 1, confirmations: 3, ..Default::default() }).await;
+    let node = node(&stack).await;
+    pause_mining(&node).await;
+    stack.client().await.submit_operation(transfer("reorged", DEV[0], &recipient(0), 8_000)).await.unwrap();
+    let sent = wait_for(&stack, "reorged", "sent", |op| accepted(op, "")).await;
+    let hash = sent.attempts[0].tx_id.parse().unwrap();
+    mine(&node).await;
+    let first = node.receipt(hash).await.unwrap().expect("included");
+    assert_eq!(get(&stack, "reorged").await.state(), pb::OperationState::Sent, "one block is not three confirmations");
+
+    // The block holding it is replaced by one without it.
+    node.read("anvil_reorg", serde_json::json!([1, []])).await.unwrap();
+    let replaced = node.read("eth_getBlockByNumber", serde_json::json!([format!("0x{:x}", first.block_number), false])).await.unwrap();
+    assert_ne!(replaced["hash"].as_str().unwrap(), first.block_hash, "the block was reorganised");
+    node.read("evm_setIntervalMining", serde_json::json!([1])).await.unwrap();
+
+    let done = wait_terminal(&stack, &["reorged".into()], Duration::from_secs(90)).await;
+    let op = &done["reorged"];
+    assert_eq!(op.state(), pb::OperationState::Confirmed, "{}", stack.logs());
+    assert_eq!(op.attempts.len(), 1, "no new signature: the same bytes were sent again");
+    let result = op.result.as_ref().unwrap();
+    assert_eq!(result.tx_id, op.attempts[0].tx_id);
+    assert_ne!(result.block_hash, first.block_hash, "confirmed in the new chain, not the orphaned block");
+    assert_eq!(node.nonce(DEV[0].parse().unwrap()).await.unwrap(), 1);
+    let to: Address = recipient(0).parse().unwrap();
+    assert_eq!(node.balance(to).await.unwrap(), U256::from(8_000u64), "paid exactly once");
+}

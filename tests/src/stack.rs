@@ -67,11 +67,13 @@ pub struct StackOptions {
     pub replicas: usize,
     /// The broadcaster's `fee_bump_after_ms`.
     pub fee_bump_after_ms: u64,
+    /// The broadcaster's `confirmations`.
+    pub confirmations: u64,
 }
 
 impl Default for StackOptions {
     fn default() -> Self {
-        Self { accounts: 4, block_time: Some(1), faults: None, replicas: 1, fee_bump_after_ms: 60_000 }
+        Self { accounts: 4, block_time: Some(1), faults: None, replicas: 1, fee_bump_after_ms: 60_000, confirmations: 1 }
     }
 }
 
@@ -133,8 +135,8 @@ impl Stack {
             let broadcaster_addr = free_addr();
             let broadcaster_toml = format!(
                 "listen = \"{broadcaster_addr}\"\nsigner_url = \"http://{signer_addr}\"\npoll_ms = 100\n\
-                 rpc_timeout_ms = 2000\nrebroadcast_ms = 3000\nfee_bump_after_ms = {}\n{store}{send_chain}",
-                options.fee_bump_after_ms
+                 rpc_timeout_ms = 2000\nrebroadcast_ms = 3000\nfee_bump_after_ms = {}\nconfirmations = {}\n{store}{send_chain}",
+                options.fee_bump_after_ms, options.confirmations
             );
             broadcasters.push(Service::start("sigcast-broadcaster", &replica_dir, broadcaster_addr, &broadcaster_toml).await);
         }

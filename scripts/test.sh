@@ -31,6 +31,9 @@ else
   echo "no earlier contract to compare with" >&2
 fi
 
+step "cargo fmt --check"
+cargo fmt --all --check
+
 step "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 

@@ -12,7 +12,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for file in &files {
         println!("cargo:rerun-if-changed={}", file.display());
     }
-    let descriptors = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("sigcast_descriptor.bin");
+    let descriptors =
+        std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("sigcast_descriptor.bin");
     tonic_prost_build::configure()
         .file_descriptor_set_path(&descriptors)
         .compile_protos(&files, &[root])?;

@@ -8,7 +8,8 @@ use sigcast_evm::{Fees, RpcPool, TxParams, build_transaction};
 use std::time::Duration;
 
 /// anvil dev key #0 (public test key).
-pub(crate) const DEV0_KEY: &str = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+pub(crate) const DEV0_KEY: &str =
+    "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
 
 /// Signs a transfer from dev account #0 at `nonce`.
 pub(crate) fn sign_transfer(to: &str, value: u64, nonce: u64) -> Vec<u8> {
@@ -22,7 +23,10 @@ pub(crate) fn sign_transfer(to: &str, value: u64, nonce: u64) -> Vec<u8> {
     let params = TxParams {
         nonce,
         gas_limit: 21_000,
-        fees: Fees::Eip1559 { max_fee_per_gas: 20_000_000_000, max_priority_fee_per_gas: 1_000_000_000 },
+        fees: Fees::Eip1559 {
+            max_fee_per_gas: 20_000_000_000,
+            max_priority_fee_per_gas: 1_000_000_000,
+        },
     };
     let unsigned = build_transaction(&intent, params).unwrap();
     let signature = key.sign_hash_sync(&unsigned.signature_hash()).unwrap();
@@ -35,12 +39,24 @@ pub(crate) async fn naive_transfer(via: &RpcPool, to: &str, value: u64) -> usize
     let from = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
     let mut sends = 0;
     loop {
-        let Ok(nonce) = via.read("eth_getTransactionCount", serde_json::json!([from, "pending"])).await else {
+        let Ok(nonce) = via
+            .read(
+                "eth_getTransactionCount",
+                serde_json::json!([from, "pending"]),
+            )
+            .await
+        else {
             continue;
         };
-        let nonce = u64::from_str_radix(nonce.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+        let nonce =
+            u64::from_str_radix(nonce.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
         sends += 1;
-        if via.send_raw(&sign_transfer(to, value, nonce)).await.result.is_ok() {
+        if via
+            .send_raw(&sign_transfer(to, value, nonce))
+            .await
+            .result
+            .is_ok()
+        {
             return sends;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

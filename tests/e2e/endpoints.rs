@@ -12,26 +12,58 @@ async fn reads_hedge_past_dead_and_slow_endpoints_and_each_write_goes_to_one() {
     let slow = FaultProxy::slow(anvil.addr, Duration::from_secs(3)).await;
     let healthy = FaultProxy::start(anvil.addr, 0.0, 0, Duration::ZERO).await; // counts, no faults
     // The slow endpoint is configured first: without hedging every read would wait for it.
-    let pool = RpcPool::new(&[slow.url.clone(), dead.clone(), healthy.url.clone()], Duration::from_secs(10)).unwrap();
+    let pool = RpcPool::new(
+        &[slow.url.clone(), dead.clone(), healthy.url.clone()],
+        Duration::from_secs(10),
+    )
+    .unwrap();
 
     const READS: usize = 20;
     for _ in 0..READS {
-        assert_eq!(pool.chain_id().await.expect("a read answers while one endpoint is up"), 31337);
+        assert_eq!(
+            pool.chain_id()
+                .await
+                .expect("a read answers while one endpoint is up"),
+            31337
+        );
     }
     let (slow_reads, healthy_reads) = (slow.stats().forwarded, healthy.stats().forwarded);
-    assert_eq!(healthy_reads, READS, "every read was answered by the healthy endpoint, reached by hedging");
-    assert!(slow_reads < READS, "the slow endpoint was demoted behind the healthy one ({slow_reads} reads went to it)");
+    assert_eq!(
+        healthy_reads, READS,
+        "every read was answered by the healthy endpoint, reached by hedging"
+    );
+    assert!(
+        slow_reads < READS,
+        "the slow endpoint was demoted behind the healthy one ({slow_reads} reads went to it)"
+    );
 
     const SENDS: u64 = 10;
     let mut reached = 0;
     for nonce in 0..SENDS {
-        let attempt = pool.send_raw(&crate::direct::sign_transfer("0x00000000000000000000000000000000000e0d00", 1, nonce)).await;
-        assert!(attempt.endpoint == healthy.url || attempt.endpoint == slow.url || attempt.endpoint == dead);
+        let attempt = pool
+            .send_raw(&crate::direct::sign_transfer(
+                "0x00000000000000000000000000000000000e0d00",
+                1,
+                nonce,
+            ))
+            .await;
+        assert!(
+            attempt.endpoint == healthy.url
+                || attempt.endpoint == slow.url
+                || attempt.endpoint == dead
+        );
         if attempt.endpoint != dead {
             reached += 1;
         }
     }
     let sends_seen = slow.stats().sends + healthy.stats().sends;
-    assert_eq!(sends_seen, reached, "each send went to exactly one endpoint: never hedged, never retried elsewhere");
-    assert_eq!(healthy.stats().sends, SENDS as usize, "sends go to the best-ranked endpoint");
+    assert_eq!(
+        sends_seen, reached,
+        "each send went to exactly one endpoint: never hedged, never retried elsewhere"
+    );
+    assert_eq!(
+        healthy.stats().sends,
+        SENDS as usize,
+        "sends go to the best-ranked endpoint"
+    );
 }

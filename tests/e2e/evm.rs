@@ -20,7 +20,12 @@ pub(crate) fn recipient(i: usize) -> String {
     format!("0x{:040x}", 0xbeef_0000 + i)
 }
 
-pub(crate) fn transfer(op_id: &str, from: &str, to: &str, value: u64) -> pb::SubmitOperationRequest {
+pub(crate) fn transfer(
+    op_id: &str,
+    from: &str,
+    to: &str,
+    value: u64,
+) -> pb::SubmitOperationRequest {
     pb::SubmitOperationRequest {
         op_id: op_id.into(),
         intent: Some(pb::Intent {
@@ -35,14 +40,20 @@ pub(crate) fn transfer(op_id: &str, from: &str, to: &str, value: u64) -> pb::Sub
 }
 
 /// Waits until every listed operation is terminal; returns them by op_id.
-pub(crate) async fn wait_terminal(stack: &Stack, op_ids: &[String], timeout: Duration) -> HashMap<String, pb::Operation> {
+pub(crate) async fn wait_terminal(
+    stack: &Stack,
+    op_ids: &[String],
+    timeout: Duration,
+) -> HashMap<String, pb::Operation> {
     let mut client = stack.client().await;
     let deadline = Instant::now() + timeout;
     loop {
         let mut done = HashMap::new();
         for op_id in op_ids {
             let op = client
-                .get_operation(pb::GetOperationRequest { op_id: op_id.clone() })
+                .get_operation(pb::GetOperationRequest {
+                    op_id: op_id.clone(),
+                })
                 .await
                 .expect("get")
                 .into_inner()
@@ -50,7 +61,9 @@ pub(crate) async fn wait_terminal(stack: &Stack, op_ids: &[String], timeout: Dur
                 .unwrap();
             if matches!(
                 op.state(),
-                pb::OperationState::Confirmed | pb::OperationState::Rejected | pb::OperationState::Cancelled
+                pb::OperationState::Confirmed
+                    | pb::OperationState::Rejected
+                    | pb::OperationState::Cancelled
             ) {
                 done.insert(op_id.clone(), op);
             }
@@ -75,13 +88,24 @@ pub(crate) type Planned = (String, usize, u64);
 
 /// Submits `count` transfers spread over the first `accounts` dev accounts, each sender
 /// paying its own fresh recipient.
-pub(crate) async fn submit_transfers(stack: &Stack, prefix: &str, count: usize, accounts: usize) -> Vec<Planned> {
+pub(crate) async fn submit_transfers(
+    stack: &Stack,
+    prefix: &str,
+    count: usize,
+    accounts: usize,
+) -> Vec<Planned> {
     let client = stack.client().await;
-    let planned: Vec<Planned> = (0..count).map(|i| (format!("{prefix}-{i:04}"), i % accounts, 1_000 + i as u64)).collect();
+    let planned: Vec<Planned> = (0..count)
+        .map(|i| (format!("{prefix}-{i:04}"), i % accounts, 1_000 + i as u64))
+        .collect();
     let results = futures::stream::iter(planned.clone())
         .map(|(op_id, sender, value)| {
             let mut client = client.clone();
-            async move { client.submit_operation(transfer(&op_id, DEV[sender], &recipient(sender), value)).await }
+            async move {
+                client
+                    .submit_operation(transfer(&op_id, DEV[sender], &recipient(sender), value))
+                    .await
+            }
         })
         .buffer_unordered(32)
         .collect::<Vec<_>>()
@@ -95,21 +119,52 @@ pub(crate) async fn submit_transfers(stack: &Stack, prefix: &str, count: usize, 
 /// The invariant after any run: every operation CONFIRMED with success, each sender's
 /// on-chain transaction count equals its operations, each recipient received exactly the sum
 /// of its transfers, and no (account, nonce) serves two operations.
-pub(crate) async fn assert_exactly_once(stack: &Stack, planned: &[Planned], accounts: usize, timeout: Duration) {
+pub(crate) async fn assert_exactly_once(
+    stack: &Stack,
+    planned: &[Planned],
+    accounts: usize,
+    timeout: Duration,
+) {
     let op_ids: Vec<String> = planned.iter().map(|(id, ..)| id.clone()).collect();
     let done = wait_terminal(stack, &op_ids, timeout).await;
     for op in done.values() {
-        assert_eq!(op.state(), pb::OperationState::Confirmed, "{}: {:?}\n{}", op.op_id, op.error, stack.logs());
-        assert_eq!(op.result.as_ref().unwrap().execution_status(), pb::ExecutionStatus::Success);
+        assert_eq!(
+            op.state(),
+            pb::OperationState::Confirmed,
+            "{}: {:?}\n{}",
+            op.op_id,
+            op.error,
+            stack.logs()
+        );
+        assert_eq!(
+            op.result.as_ref().unwrap().execution_status(),
+            pb::ExecutionStatus::Success
+        );
     }
-    let chain = RpcPool::new(std::slice::from_ref(&stack.anvil.url), Duration::from_secs(5)).unwrap();
+    let chain = RpcPool::new(
+        std::slice::from_ref(&stack.anvil.url),
+        Duration::from_secs(5),
+    )
+    .unwrap();
     for (sender, account) in DEV.iter().enumerate().take(accounts) {
         let address: Address = account.parse().unwrap();
         let expected_count = planned.iter().filter(|(_, s, _)| *s == sender).count() as u64;
-        assert_eq!(chain.nonce(address).await.unwrap(), expected_count, "sender {account}: transactions on chain");
-        let expected: u64 = planned.iter().filter(|(_, s, _)| *s == sender).map(|(_, _, v)| v).sum();
+        assert_eq!(
+            chain.nonce(address).await.unwrap(),
+            expected_count,
+            "sender {account}: transactions on chain"
+        );
+        let expected: u64 = planned
+            .iter()
+            .filter(|(_, s, _)| *s == sender)
+            .map(|(_, _, v)| v)
+            .sum();
         let to: Address = recipient(sender).parse().unwrap();
-        assert_eq!(chain.balance(to).await.unwrap(), U256::from(expected), "recipient of {account}: no duplicate, nothing lost");
+        assert_eq!(
+            chain.balance(to).await.unwrap(),
+            U256::from(expected),
+            "recipient of {account}: no duplicate, nothing lost"
+        );
     }
     let mut nonces: Vec<(String, u64)> = done
         .values()
@@ -120,7 +175,11 @@ pub(crate) async fn assert_exactly_once(stack: &Stack, planned: &[Planned], acco
         .collect();
     nonces.sort();
     nonces.dedup();
-    assert_eq!(nonces.len(), planned.len(), "one nonce per operation, one operation per nonce");
+    assert_eq!(
+        nonces.len(),
+        planned.len(),
+        "one nonce per operation, one operation per nonce"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -132,23 +191,50 @@ async fn two_hundred_transfers_over_four_accounts_confirm_exactly() {
 
 /// The seed of the fault run: `SIGCAST_FAULT_SEED` to replay one, else a fresh one (printed).
 fn fault_seed() -> u64 {
-    std::env::var("SIGCAST_FAULT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-    })
+    std::env::var("SIGCAST_FAULT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn five_hundred_transfers_through_a_faulty_proxy_land_exactly_once() {
     let seed = fault_seed();
     println!("fault seed {seed} (replay with SIGCAST_FAULT_SEED={seed})");
-    let stack = Stack::start(StackOptions { faults: Some((0.35, seed)), ..Default::default() }).await;
+    let stack = Stack::start(StackOptions {
+        faults: Some((0.35, seed)),
+        ..Default::default()
+    })
+    .await;
     let planned = submit_transfers(&stack, "faulty", 500, 4).await;
     assert_exactly_once(&stack, &planned, 4, Duration::from_secs(600)).await;
     let stats = stack.proxy.as_ref().unwrap().stats();
-    println!("proxy: {} sends, {} faulted: {:?}", stats.sends, stats.faults.len(), stats.faults);
-    assert!(stats.faults.len() * 100 >= stats.sends * 25, "faults on a sizeable share of sends: {stats:?}");
-    for fault in [Fault::ForwardThenDrop, Fault::DropBeforeForward, Fault::ForwardThen502, Fault::ForwardThenReset, Fault::Delay] {
-        assert!(stats.faults.contains(&fault), "{fault:?} injected at least once");
+    println!(
+        "proxy: {} sends, {} faulted: {:?}",
+        stats.sends,
+        stats.faults.len(),
+        stats.faults
+    );
+    assert!(
+        stats.faults.len() * 100 >= stats.sends * 25,
+        "faults on a sizeable share of sends: {stats:?}"
+    );
+    for fault in [
+        Fault::ForwardThenDrop,
+        Fault::DropBeforeForward,
+        Fault::ForwardThen502,
+        Fault::ForwardThenReset,
+        Fault::Delay,
+    ] {
+        assert!(
+            stats.faults.contains(&fault),
+            "{fault:?} injected at least once"
+        );
     }
 }
 
@@ -162,7 +248,11 @@ async fn kill_nine_of_signer_and_broadcaster_under_load_loses_and_duplicates_not
     let mut kills = 0;
     while kills < 24 {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(100..1_200))).await;
-        let service = if rng.gen_bool(0.5) { &mut stack.signers[0] } else { &mut stack.broadcasters[0] };
+        let service = if rng.gen_bool(0.5) {
+            &mut stack.signers[0]
+        } else {
+            &mut stack.broadcasters[0]
+        };
         service.kill9();
         kills += 1;
         tokio::time::sleep(Duration::from_millis(rng.gen_range(0..500))).await;
@@ -174,30 +264,72 @@ async fn kill_nine_of_signer_and_broadcaster_under_load_loses_and_duplicates_not
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_signers_and_two_broadcasters_on_one_store_allocate_each_nonce_once() {
-    let stack = Stack::start(StackOptions { replicas: 2, ..Default::default() }).await;
+    let stack = Stack::start(StackOptions {
+        replicas: 2,
+        ..Default::default()
+    })
+    .await;
     let planned = submit_transfers(&stack, "replicas", 200, 4).await;
     assert_exactly_once(&stack, &planned, 4, Duration::from_secs(300)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_nonce_consumed_by_an_outside_sender_rejects_with_evidence_and_later_operations_confirm() {
-    use sigcast_proto::sigcast::signer::v1::{SignOperationRequest, signer_service_client::SignerServiceClient};
-    let mut stack = Stack::start(StackOptions { accounts: 1, ..Default::default() }).await;
+async fn a_nonce_consumed_by_an_outside_sender_rejects_with_evidence_and_later_operations_confirm()
+{
+    use sigcast_proto::sigcast::signer::v1::{
+        SignOperationRequest, signer_service_client::SignerServiceClient,
+    };
+    let mut stack = Stack::start(StackOptions {
+        accounts: 1,
+        ..Default::default()
+    })
+    .await;
     stack.broadcasters[0].kill9(); // nothing is sent until the outside sender has struck
     let mut client = stack.client().await;
-    client.submit_operation(transfer("victim", DEV[0], &recipient(0), 5_000)).await.unwrap();
-    let mut signer = SignerServiceClient::connect(format!("http://{}", stack.signers[0].addr)).await.unwrap();
+    client
+        .submit_operation(transfer("victim", DEV[0], &recipient(0), 5_000))
+        .await
+        .unwrap();
+    let mut signer = SignerServiceClient::connect(format!("http://{}", stack.signers[0].addr))
+        .await
+        .unwrap();
     let signed = signer
-        .sign_operation(SignOperationRequest { op_id: "victim".into(), purpose: 1, ..Default::default() })
+        .sign_operation(SignOperationRequest {
+            op_id: "victim".into(),
+            purpose: 1,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
-    let again = signer.sign_operation(SignOperationRequest { op_id: "victim".into(), purpose: 1, ..Default::default() }).await.unwrap().into_inner();
-    assert_eq!((again.tx_id.as_str(), again.already_signed), (signed.tx_id.as_str(), true), "re-signing returns the stored signature");
+    let again = signer
+        .sign_operation(SignOperationRequest {
+            op_id: "victim".into(),
+            purpose: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (again.tx_id.as_str(), again.already_signed),
+        (signed.tx_id.as_str(), true),
+        "re-signing returns the stored signature"
+    );
 
     // Someone else sends from the same key at the same nonce 0, straight to the node.
-    let node = RpcPool::new(std::slice::from_ref(&stack.anvil.url), Duration::from_secs(5)).unwrap();
-    let outside = node.send_raw(&crate::direct::sign_transfer("0x00000000000000000000000000000000000a11ce", 1, 0)).await;
+    let node = RpcPool::new(
+        std::slice::from_ref(&stack.anvil.url),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let outside = node
+        .send_raw(&crate::direct::sign_transfer(
+            "0x00000000000000000000000000000000000a11ce",
+            1,
+            0,
+        ))
+        .await;
     let outside_hash = outside.result.expect("outside send accepted");
     let deadline = Instant::now() + Duration::from_secs(30);
     while node.receipt(outside_hash).await.unwrap().is_none() {
@@ -206,15 +338,40 @@ async fn a_nonce_consumed_by_an_outside_sender_rejects_with_evidence_and_later_o
     }
 
     stack.broadcasters[0].restart().await;
-    client.submit_operation(transfer("after", DEV[0], &recipient(0), 7_000)).await.unwrap();
-    let done = wait_terminal(&stack, &["victim".into(), "after".into()], Duration::from_secs(120)).await;
+    client
+        .submit_operation(transfer("after", DEV[0], &recipient(0), 7_000))
+        .await
+        .unwrap();
+    let done = wait_terminal(
+        &stack,
+        &["victim".into(), "after".into()],
+        Duration::from_secs(120),
+    )
+    .await;
     let victim = &done["victim"];
     assert_eq!(victim.state(), pb::OperationState::Rejected, "{victim:?}");
     let error = victim.error.as_ref().unwrap();
     assert_eq!(error.reason, "NONCE_CONSUMED_EXTERNALLY");
-    assert!(error.message.contains("nonce 1") && error.message.contains(&signed.tx_id), "evidence: {}", error.message);
-    assert_eq!(done["after"].state(), pb::OperationState::Confirmed, "{}", stack.logs());
+    assert!(
+        error.message.contains("nonce 1") && error.message.contains(&signed.tx_id),
+        "evidence: {}",
+        error.message
+    );
+    assert_eq!(
+        done["after"].state(),
+        pb::OperationState::Confirmed,
+        "{}",
+        stack.logs()
+    );
     let to: Address = recipient(0).parse().unwrap();
-    assert_eq!(node.balance(to).await.unwrap(), U256::from(7_000u64), "only the later operation paid");
-    assert_eq!(node.nonce(DEV[0].parse().unwrap()).await.unwrap(), 2, "the outside transaction and ours");
+    assert_eq!(
+        node.balance(to).await.unwrap(),
+        U256::from(7_000u64),
+        "only the later operation paid"
+    );
+    assert_eq!(
+        node.nonce(DEV[0].parse().unwrap()).await.unwrap(),
+        2,
+        "the outside transaction and ours"
+    );
 }

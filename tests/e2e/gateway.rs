@@ -14,26 +14,59 @@ async fn grpcurl_lists_by_reflection_submits_and_reads_back() {
     let (ok, listed, err) = grpcurl(&["-plaintext", &addr, "list"]);
     assert!(ok, "{err}");
     for service in ["sigcast.v1.OperationService", "grpc.health.v1.Health"] {
-        assert!(listed.lines().any(|l| l == service), "{service} not in:\n{listed}");
+        assert!(
+            listed.lines().any(|l| l == service),
+            "{service} not in:\n{listed}"
+        );
     }
-    let (ok, described, err) = grpcurl(&["-plaintext", &addr, "describe", "sigcast.v1.OperationService"]);
-    assert!(ok && described.contains("rpc SubmitOperation"), "{err}{described}");
+    let (ok, described, err) = grpcurl(&[
+        "-plaintext",
+        &addr,
+        "describe",
+        "sigcast.v1.OperationService",
+    ]);
+    assert!(
+        ok && described.contains("rpc SubmitOperation"),
+        "{err}{described}"
+    );
 
-    let (ok, out, err) = grpcurl(&["-plaintext", "-d", SUBMIT, &addr, "sigcast.v1.OperationService/SubmitOperation"]);
+    let (ok, out, err) = grpcurl(&[
+        "-plaintext",
+        "-d",
+        SUBMIT,
+        &addr,
+        "sigcast.v1.OperationService/SubmitOperation",
+    ]);
     assert!(ok, "{err}");
     let submitted: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(submitted["operation"]["state"], "OPERATION_STATE_RECEIVED");
-    assert_eq!(submitted["operation"]["account"], "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");
-    assert!(submitted.get("replayed").is_none(), "first submit is not a replay: {out}");
+    assert_eq!(
+        submitted["operation"]["account"],
+        "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
+    );
+    assert!(
+        submitted.get("replayed").is_none(),
+        "first submit is not a replay: {out}"
+    );
 
-    let (ok, out, err) = grpcurl(&["-plaintext", "-d", SUBMIT, &addr, "sigcast.v1.OperationService/SubmitOperation"]);
+    let (ok, out, err) = grpcurl(&[
+        "-plaintext",
+        "-d",
+        SUBMIT,
+        &addr,
+        "sigcast.v1.OperationService/SubmitOperation",
+    ]);
     assert!(ok, "{err}");
     let replayed: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(replayed["replayed"], true);
     assert_eq!(replayed["operation"], submitted["operation"]);
 
     let (ok, out, err) = grpcurl(&[
-        "-plaintext", "-d", r#"{"op_id":"grpcurl-1"}"#, &addr, "sigcast.v1.OperationService/GetOperation",
+        "-plaintext",
+        "-d",
+        r#"{"op_id":"grpcurl-1"}"#,
+        &addr,
+        "sigcast.v1.OperationService/GetOperation",
     ]);
     assert!(ok, "{err}");
     let got: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -48,11 +81,26 @@ async fn grpcurl_shows_the_status_code_and_the_named_field() {
     let gateway = GatewayProcess::start("").await;
     let addr = gateway.addr.to_string();
     let bad = r#"{"op_id":"x","intent":{"evm_transfer":{"chain_id":31337,"from":"0x12","to":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","value_wei":"1"}}}"#;
-    let (ok, _, err) = grpcurl(&["-plaintext", "-d", bad, &addr, "sigcast.v1.OperationService/SubmitOperation"]);
+    let (ok, _, err) = grpcurl(&[
+        "-plaintext",
+        "-d",
+        bad,
+        &addr,
+        "sigcast.v1.OperationService/SubmitOperation",
+    ]);
     assert!(!ok);
     assert!(err.contains("Code: InvalidArgument"), "{err}");
-    assert!(err.contains(r#""field":"intent.evm_transfer.from""#), "BadRequest decoded by reflection: {err}");
-    let (ok, _, err) = grpcurl(&["-plaintext", "-d", r#"{"op_id":"missing"}"#, &addr, "sigcast.v1.OperationService/GetOperation"]);
+    assert!(
+        err.contains(r#""field":"intent.evm_transfer.from""#),
+        "BadRequest decoded by reflection: {err}"
+    );
+    let (ok, _, err) = grpcurl(&[
+        "-plaintext",
+        "-d",
+        r#"{"op_id":"missing"}"#,
+        &addr,
+        "sigcast.v1.OperationService/GetOperation",
+    ]);
     assert!(!ok && err.contains("Code: NotFound"), "{err}");
 }
 
@@ -62,12 +110,32 @@ async fn file_config_applies_and_sigterm_stops_cleanly() {
     let mut gateway = GatewayProcess::start("[chains]\nevm_chain_ids = [5]\n").await;
     let addr = gateway.addr.to_string();
     let on_chain_5 = SUBMIT.replace("31337", "5");
-    let (ok, _, err) = grpcurl(&["-plaintext", "-d", &on_chain_5, &addr, "sigcast.v1.OperationService/SubmitOperation"]);
+    let (ok, _, err) = grpcurl(&[
+        "-plaintext",
+        "-d",
+        &on_chain_5,
+        &addr,
+        "sigcast.v1.OperationService/SubmitOperation",
+    ]);
     assert!(ok, "{err}");
-    let (ok, _, err) = grpcurl(&["-plaintext", "-d", SUBMIT, &addr, "sigcast.v1.OperationService/SubmitOperation"]);
+    let (ok, _, err) = grpcurl(&[
+        "-plaintext",
+        "-d",
+        SUBMIT,
+        &addr,
+        "sigcast.v1.OperationService/SubmitOperation",
+    ]);
     assert!(!ok && err.contains("unknown chain 31337"), "{err}");
 
     let status = gateway.terminate();
-    assert!(status.success(), "exit status {status}; log:\n{}", gateway.log());
-    assert!(gateway.log().contains("gateway stopped"), "{}", gateway.log());
+    assert!(
+        status.success(),
+        "exit status {status}; log:\n{}",
+        gateway.log()
+    );
+    assert!(
+        gateway.log().contains("gateway stopped"),
+        "{}",
+        gateway.log()
+    );
 }

@@ -4,6 +4,6 @@
 mod direct;
 mod endpoints;
 mod evm;
+mod gateway;
 mod naive;
 mod replacements;
-mod gateway;

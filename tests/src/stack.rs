@@ -10,7 +10,10 @@ use tonic::transport::Channel;
 
 /// The anvil binary: `SIGCAST_ANVIL` (set by scripts/install-deps.sh --env), else `anvil` on PATH.
 fn anvil_binary() -> PathBuf {
-    std::env::var_os("SIGCAST_ANVIL").filter(|p| !p.is_empty()).map(PathBuf::from).unwrap_or_else(|| "anvil".into())
+    std::env::var_os("SIGCAST_ANVIL")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "anvil".into())
 }
 
 /// A real anvil node (npm `@foundry-rs/anvil`'s platform binary), killed by pid on drop.
@@ -27,7 +30,14 @@ impl Anvil {
     pub fn start(block_time: Option<u64>, log_dir: &Path) -> Self {
         let addr = free_addr();
         let mut command = Command::new(anvil_binary());
-        command.args(["--port", &addr.port().to_string(), "--chain-id", "31337", "--host", "127.0.0.1"]);
+        command.args([
+            "--port",
+            &addr.port().to_string(),
+            "--chain-id",
+            "31337",
+            "--host",
+            "127.0.0.1",
+        ]);
         if let Some(seconds) = block_time {
             command.args(["--block-time", &seconds.to_string()]);
         }
@@ -36,8 +46,17 @@ impl Anvil {
             .stdout(log)
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("starting anvil ({}): {e}; run scripts/install-deps.sh", anvil_binary().display()));
-        let anvil = Self { url: format!("http://{addr}"), addr, child };
+            .unwrap_or_else(|e| {
+                panic!(
+                    "starting anvil ({}): {e}; run scripts/install-deps.sh",
+                    anvil_binary().display()
+                )
+            });
+        let anvil = Self {
+            url: format!("http://{addr}"),
+            addr,
+            child,
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(addr).is_err() {
             assert!(Instant::now() < deadline, "anvil did not listen on {addr}");
@@ -73,7 +92,14 @@ pub struct StackOptions {
 
 impl Default for StackOptions {
     fn default() -> Self {
-        Self { accounts: 4, block_time: Some(1), faults: None, replicas: 1, fee_bump_after_ms: 60_000, confirmations: 1 }
+        Self {
+            accounts: 4,
+            block_time: Some(1),
+            faults: None,
+            replicas: 1,
+            fee_bump_after_ms: 60_000,
+            confirmations: 1,
+        }
     }
 }
 
@@ -99,13 +125,22 @@ impl Stack {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path();
         let anvil = Anvil::start(options.block_time, path);
-        let store = format!("[store]\npath = \"{}\"\n", path.join("sigcast.db").display());
-        let chain = format!("[[evm_chains]]\nchain_id = 31337\nrpc_urls = [\"{}\"]\n", anvil.url);
+        let store = format!(
+            "[store]\npath = \"{}\"\n",
+            path.join("sigcast.db").display()
+        );
+        let chain = format!(
+            "[[evm_chains]]\nchain_id = 31337\nrpc_urls = [\"{}\"]\n",
+            anvil.url
+        );
         std::fs::write(path.join("passphrase"), "e2e passphrase\n").unwrap();
 
         let proxy = match options.faults {
             // Past the broadcaster's 2 s RPC timeout: a delayed reply is a timed-out send.
-            Some((rate, seed)) => Some(crate::FaultProxy::start(anvil.addr, rate, seed, Duration::from_millis(2_500)).await),
+            Some((rate, seed)) => Some(
+                crate::FaultProxy::start(anvil.addr, rate, seed, Duration::from_millis(2_500))
+                    .await,
+            ),
             None => None,
         };
         let send_url = proxy.as_ref().map_or(anvil.url.clone(), |p| p.url.clone());
@@ -119,10 +154,19 @@ impl Stack {
         let import = Command::new(crate::binary("sigcast-signer"))
             .args(["--config"])
             .arg(path.join("keys.toml"))
-            .args(["keys", "import-dev", "--count", &options.accounts.to_string()])
+            .args([
+                "keys",
+                "import-dev",
+                "--count",
+                &options.accounts.to_string(),
+            ])
             .output()
             .expect("run sigcast-signer keys import-dev");
-        assert!(import.status.success(), "{}", String::from_utf8_lossy(&import.stderr));
+        assert!(
+            import.status.success(),
+            "{}",
+            String::from_utf8_lossy(&import.stderr)
+        );
 
         let mut signers = Vec::new();
         let mut broadcasters = Vec::new();
@@ -131,31 +175,59 @@ impl Stack {
             std::fs::create_dir_all(&replica_dir).unwrap();
             let signer_addr = free_addr();
             let signer_toml = format!("listen = \"{signer_addr}\"\n{keys}{store}{chain}");
-            signers.push(Service::start("sigcast-signer", &replica_dir, signer_addr, &signer_toml).await);
+            signers.push(
+                Service::start("sigcast-signer", &replica_dir, signer_addr, &signer_toml).await,
+            );
             let broadcaster_addr = free_addr();
             let broadcaster_toml = format!(
                 "listen = \"{broadcaster_addr}\"\nsigner_url = \"http://{signer_addr}\"\npoll_ms = 100\n\
                  rpc_timeout_ms = 2000\nrebroadcast_ms = 3000\nfee_bump_after_ms = {}\nconfirmations = {}\n{store}{send_chain}",
                 options.fee_bump_after_ms, options.confirmations
             );
-            broadcasters.push(Service::start("sigcast-broadcaster", &replica_dir, broadcaster_addr, &broadcaster_toml).await);
+            broadcasters.push(
+                Service::start(
+                    "sigcast-broadcaster",
+                    &replica_dir,
+                    broadcaster_addr,
+                    &broadcaster_toml,
+                )
+                .await,
+            );
         }
         let gateway_addr = free_addr();
         let gateway_toml = format!("listen = \"{gateway_addr}\"\nwatch_poll_ms = 50\n{store}");
         let gateway = Service::start("sigcast-gateway", path, gateway_addr, &gateway_toml).await;
-        Self { anvil, proxy, signers, broadcasters, gateway, dir }
+        Self {
+            anvil,
+            proxy,
+            signers,
+            broadcasters,
+            gateway,
+            dir,
+        }
     }
 
     /// A client of the gateway.
     pub async fn client(&self) -> OperationServiceClient<Channel> {
-        OperationServiceClient::connect(format!("http://{}", self.gateway.addr)).await.expect("connect gateway")
+        OperationServiceClient::connect(format!("http://{}", self.gateway.addr))
+            .await
+            .expect("connect gateway")
     }
 
     /// Every service's log, for a failure message.
     pub fn logs(&self) -> String {
         let mut out = String::new();
-        for service in self.signers.iter().chain(&self.broadcasters).chain([&self.gateway]) {
-            out.push_str(&format!("--- {}\n{}\n", service.binary, tail(&service.log())));
+        for service in self
+            .signers
+            .iter()
+            .chain(&self.broadcasters)
+            .chain([&self.gateway])
+        {
+            out.push_str(&format!(
+                "--- {}\n{}\n",
+                service.binary,
+                tail(&service.log())
+            ));
         }
         out
     }

@@ -27,7 +27,9 @@ impl EvmAddress {
         let has_lower = digits.bytes().any(|b| b.is_ascii_lowercase());
         let has_upper = digits.bytes().any(|b| b.is_ascii_uppercase());
         if has_lower && has_upper && address.to_string() != text {
-            return Err(Rule::new("has an invalid EIP-55 checksum (check the letter case)"));
+            return Err(Rule::new(
+                "has an invalid EIP-55 checksum (check the letter case)",
+            ));
         }
         Ok(address)
     }
@@ -72,7 +74,9 @@ impl SolanaPubkey {
     /// Parses a base58 public key: exactly 32 bytes, in its one canonical spelling.
     pub fn parse(text: &str) -> Result<Self, Rule> {
         if text.is_empty() || text.len() > 44 {
-            return Err(Rule::new("must be a base58 public key of 32 bytes (32 to 44 characters)"));
+            return Err(Rule::new(
+                "must be a base58 public key of 32 bytes (32 to 44 characters)",
+            ));
         }
         let mut bytes = [0u8; 32];
         let len = bs58::decode(text)
@@ -131,7 +135,14 @@ mod tests {
     fn evm_rejects_bad_checksum_and_shapes() {
         // One letter's case flipped.
         assert!(EvmAddress::parse("0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAeD").is_err());
-        for bad in ["", "0x", "5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed", "0x123", "0xZZeb6053F3E94C9b9A09f33669435E7Ef1BeAed", "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed00"] {
+        for bad in [
+            "",
+            "0x",
+            "5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed",
+            "0x123",
+            "0xZZeb6053F3E94C9b9A09f33669435E7Ef1BeAed",
+            "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed00",
+        ] {
             assert!(EvmAddress::parse(bad).is_err(), "{bad}");
         }
     }
@@ -141,8 +152,16 @@ mod tests {
         let system = SolanaPubkey::parse("11111111111111111111111111111111").unwrap();
         assert_eq!(system.as_bytes(), &[0u8; 32]);
         let key = SolanaPubkey::parse("Vote111111111111111111111111111111111111111").unwrap();
-        assert_eq!(key.to_string(), "Vote111111111111111111111111111111111111111");
-        for bad in ["", "0OIl", "1111", "Vote1111111111111111111111111111111111111111111111"] {
+        assert_eq!(
+            key.to_string(),
+            "Vote111111111111111111111111111111111111111"
+        );
+        for bad in [
+            "",
+            "0OIl",
+            "1111",
+            "Vote1111111111111111111111111111111111111111111111",
+        ] {
             assert!(SolanaPubkey::parse(bad).is_err(), "{bad}");
         }
     }

@@ -14,14 +14,26 @@ fn canonical_decimal(text: &str, unit: &str) -> Result<String, Rule> {
     if text.starts_with('-') {
         return Err(Rule::new(format!("must not be negative (got {text})")));
     }
-    if text.contains(['.', 'e', 'E']) && text.bytes().all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b)) {
-        return Err(Rule::new(format!("must be a whole number of {unit}, without a fraction or exponent")));
+    if text.contains(['.', 'e', 'E'])
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
+    {
+        return Err(Rule::new(format!(
+            "must be a whole number of {unit}, without a fraction or exponent"
+        )));
     }
     if !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(Rule::new(format!("must contain only the digits 0-9 ({unit}, no sign, separators or prefix)")));
+        return Err(Rule::new(format!(
+            "must contain only the digits 0-9 ({unit}, no sign, separators or prefix)"
+        )));
     }
     let trimmed = text.trim_start_matches('0');
-    Ok(if trimmed.is_empty() { "0".to_owned() } else { trimmed.to_owned() })
+    Ok(if trimmed.is_empty() {
+        "0".to_owned()
+    } else {
+        trimmed.to_owned()
+    })
 }
 
 /// An amount of wei, 0 to 2^256-1, held as its canonical decimal string.
@@ -102,6 +114,11 @@ mod tests {
         assert_eq!(Lamports::parse("18446744073709551615").unwrap().0, u64::MAX);
         assert!(Lamports::parse("18446744073709551616").is_err());
         assert!(Lamports::parse("-5").unwrap_err().0.contains("negative"));
-        assert!(Lamports::parse("2.5").unwrap_err().0.contains("whole number"));
+        assert!(
+            Lamports::parse("2.5")
+                .unwrap_err()
+                .0
+                .contains("whole number")
+        );
     }
 }

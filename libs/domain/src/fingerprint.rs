@@ -39,7 +39,8 @@ impl Canonical {
         self.bytes(value.as_bytes())
     }
     fn instruction(&mut self, ix: &SolanaInstruction) -> &mut Self {
-        self.bytes(ix.program_id.as_bytes()).u64(ix.accounts.len() as u64);
+        self.bytes(ix.program_id.as_bytes())
+            .u64(ix.accounts.len() as u64);
         for meta in &ix.accounts {
             self.bytes(meta.pubkey.as_bytes())
                 .bytes(&[u8::from(meta.is_signer), u8::from(meta.is_writable)]);
@@ -57,7 +58,10 @@ impl Intent {
         match self {
             Intent::EvmTransfer(t) => {
                 let mut c = Canonical::new(b"evm_transfer");
-                c.u64(t.chain_id).bytes(t.from.as_bytes()).bytes(t.to.as_bytes()).text(t.value.as_str());
+                c.u64(t.chain_id)
+                    .bytes(t.from.as_bytes())
+                    .bytes(t.to.as_bytes())
+                    .text(t.value.as_str());
                 c.finish()
             }
             Intent::EvmContractCall(call) => {
@@ -76,12 +80,17 @@ impl Intent {
             }
             Intent::SolanaTransfer(t) => {
                 let mut c = Canonical::new(b"solana_transfer");
-                c.text(&t.cluster).bytes(t.from.as_bytes()).bytes(t.to.as_bytes()).u64(t.lamports.0);
+                c.text(&t.cluster)
+                    .bytes(t.from.as_bytes())
+                    .bytes(t.to.as_bytes())
+                    .u64(t.lamports.0);
                 c.finish()
             }
             Intent::SolanaInstructions(list) => {
                 let mut c = Canonical::new(b"solana_instructions");
-                c.text(&list.cluster).bytes(list.fee_payer.as_bytes()).u64(list.instructions.len() as u64);
+                c.text(&list.cluster)
+                    .bytes(list.fee_payer.as_bytes())
+                    .u64(list.instructions.len() as u64);
                 for ix in &list.instructions {
                     c.instruction(ix);
                 }
@@ -106,14 +115,22 @@ mod tests {
 
     #[test]
     fn equal_intents_equal_fingerprints() {
-        assert_eq!(transfer("1000").fingerprint(), transfer("0001000").fingerprint());
-        assert_ne!(transfer("1000").fingerprint(), transfer("1001").fingerprint());
+        assert_eq!(
+            transfer("1000").fingerprint(),
+            transfer("0001000").fingerprint()
+        );
+        assert_ne!(
+            transfer("1000").fingerprint(),
+            transfer("1001").fingerprint()
+        );
         assert_eq!(transfer("1").fingerprint().to_string().len(), 64);
     }
 
     #[test]
     fn kinds_and_gas_limits_differ() {
-        let Intent::EvmTransfer(t) = transfer("5") else { unreachable!() };
+        let Intent::EvmTransfer(t) = transfer("5") else {
+            unreachable!()
+        };
         let call = |gas_limit| {
             Intent::EvmContractCall(EvmContractCall {
                 chain_id: t.chain_id,

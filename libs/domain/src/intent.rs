@@ -36,9 +36,9 @@ impl Chain {
                 .parse()
                 .map(|chain_id| Chain::Evm { chain_id })
                 .map_err(|_| Rule::new(format!("eip155 chain id must be a number (got {id:?})"))),
-            Some(("solana", cluster)) if !cluster.is_empty() => {
-                Ok(Chain::Solana { cluster: cluster.to_owned() })
-            }
+            Some(("solana", cluster)) if !cluster.is_empty() => Ok(Chain::Solana {
+                cluster: cluster.to_owned(),
+            }),
             _ => Err(Rule::new(format!(
                 "must be \"eip155:<chain id>\" or \"solana:<cluster>\" (got {text:?})"
             ))),
@@ -148,10 +148,18 @@ impl Intent {
     /// The chain the intent writes to.
     pub fn chain(&self) -> Chain {
         match self {
-            Intent::EvmTransfer(t) => Chain::Evm { chain_id: t.chain_id },
-            Intent::EvmContractCall(c) => Chain::Evm { chain_id: c.chain_id },
-            Intent::SolanaTransfer(t) => Chain::Solana { cluster: t.cluster.clone() },
-            Intent::SolanaInstructions(i) => Chain::Solana { cluster: i.cluster.clone() },
+            Intent::EvmTransfer(t) => Chain::Evm {
+                chain_id: t.chain_id,
+            },
+            Intent::EvmContractCall(c) => Chain::Evm {
+                chain_id: c.chain_id,
+            },
+            Intent::SolanaTransfer(t) => Chain::Solana {
+                cluster: t.cluster.clone(),
+            },
+            Intent::SolanaInstructions(i) => Chain::Solana {
+                cluster: i.cluster.clone(),
+            },
         }
     }
 
@@ -244,7 +252,10 @@ mod tests {
         let rules = IntentRules::default();
         assert!(rules.check_evm_chain(31337).is_ok());
         let rule = rules.check_evm_chain(5).unwrap_err();
-        assert!(rule.0.contains("unknown chain 5") && rule.0.contains("31337"), "{rule}");
+        assert!(
+            rule.0.contains("unknown chain 5") && rule.0.contains("31337"),
+            "{rule}"
+        );
         assert!(rules.check_solana_cluster("devnet").is_err());
         assert!(rules.check_evm_call_data(&vec![0; 128 * 1024]).is_ok());
         assert!(rules.check_evm_call_data(&vec![0; 128 * 1024 + 1]).is_err());

@@ -18,9 +18,9 @@ pub use amount::{Lamports, Wei};
 pub use error::{Error, Result, Rule};
 pub use fingerprint::Fingerprint;
 pub use intent::{
-    Chain, EvmContractCall, EvmTransfer, Intent, IntentRules, SolanaAccountMeta,
-    SolanaInstruction, SolanaInstructions, SolanaTransfer, MAX_SOLANA_ACCOUNTS,
-    MAX_SOLANA_INSTRUCTIONS, MAX_SOLANA_INSTRUCTION_DATA,
+    Chain, EvmContractCall, EvmTransfer, Intent, IntentRules, MAX_SOLANA_ACCOUNTS,
+    MAX_SOLANA_INSTRUCTION_DATA, MAX_SOLANA_INSTRUCTIONS, SolanaAccountMeta, SolanaInstruction,
+    SolanaInstructions, SolanaTransfer,
 };
-pub use op_id::{derive_op_id, OpId, MAX_OP_ID_LEN};
+pub use op_id::{MAX_OP_ID_LEN, OpId, derive_op_id};
 pub use state::{CancelEffect, OperationState};

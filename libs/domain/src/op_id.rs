@@ -17,7 +17,9 @@ impl OpId {
     /// Checks the op_id rules.
     pub fn parse(text: &str) -> Result<Self, Rule> {
         if text.is_empty() {
-            return Err(Rule::new("is required (1 to 128 characters of A-Z a-z 0-9 . _ : -)"));
+            return Err(Rule::new(
+                "is required (1 to 128 characters of A-Z a-z 0-9 . _ : -)",
+            ));
         }
         if text.len() > MAX_OP_ID_LEN {
             return Err(Rule::new(format!(
@@ -25,7 +27,10 @@ impl OpId {
                 text.chars().count()
             )));
         }
-        if let Some(bad) = text.chars().find(|c| !(c.is_ascii_alphanumeric() || "._:-".contains(*c))) {
+        if let Some(bad) = text
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || "._:-".contains(*c)))
+        {
             return Err(Rule::new(format!(
                 "must contain only A-Z a-z 0-9 . _ : - (found {bad:?})"
             )));
@@ -52,10 +57,22 @@ impl std::fmt::Display for OpId {
 /// is what makes a retry after a crash of the *caller* land on the same operation. The inputs
 /// should be normalized first (see the `derive-op-id` CLI, which does it); each is
 /// length-prefixed so no two different inputs hash alike.
-pub fn derive_op_id(chain: &Chain, sender: &str, recipient: &str, amount: &str, reference: &str) -> OpId {
+pub fn derive_op_id(
+    chain: &Chain,
+    sender: &str,
+    recipient: &str,
+    amount: &str,
+    reference: &str,
+) -> OpId {
     let mut hasher = Sha256::new();
     hasher.update(b"sigcast.op_id.v1");
-    for part in [chain.to_string().as_str(), sender, recipient, amount, reference] {
+    for part in [
+        chain.to_string().as_str(),
+        sender,
+        recipient,
+        amount,
+        reference,
+    ] {
         hasher.update((part.len() as u64).to_be_bytes());
         hasher.update(part.as_bytes());
     }
@@ -71,7 +88,12 @@ mod tests {
         assert!(OpId::parse("a").is_ok());
         assert!(OpId::parse("payout:2026-11-30_001.retry-A").is_ok());
         assert!(OpId::parse(&"x".repeat(128)).is_ok());
-        assert!(OpId::parse(&"x".repeat(129)).unwrap_err().0.contains("at most 128"));
+        assert!(
+            OpId::parse(&"x".repeat(129))
+                .unwrap_err()
+                .0
+                .contains("at most 128")
+        );
         assert!(OpId::parse("").unwrap_err().0.contains("required"));
         for bad in ["a b", "a/b", "ä", "a\n", "a\0", "a%20"] {
             assert!(OpId::parse(bad).is_err(), "{bad:?}");
@@ -86,7 +108,10 @@ mod tests {
         assert!(OpId::parse(a.as_str()).is_ok());
         assert_eq!(a.as_str().len(), 68);
         assert_ne!(a, derive_op_id(&chain, "0xa", "0xb", "10", "inv-2"));
-        assert_ne!(a, derive_op_id(&Chain::Evm { chain_id: 5 }, "0xa", "0xb", "10", "inv-1"));
+        assert_ne!(
+            a,
+            derive_op_id(&Chain::Evm { chain_id: 5 }, "0xa", "0xb", "10", "inv-1")
+        );
         // Length prefixes keep field boundaries: moving a character across them changes the id.
         assert_ne!(
             derive_op_id(&chain, "0xa", "0xb", "101", "0"),

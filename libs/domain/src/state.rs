@@ -49,7 +49,11 @@ impl OperationState {
                     | (Signed, Sent | Rejected)
                     | (Sent, Signed | Confirmed | Rejected | Cancelled)
             );
-        if allowed { Ok(to) } else { Err(Error::IllegalTransition { from: self, to }) }
+        if allowed {
+            Ok(to)
+        } else {
+            Err(Error::IllegalTransition { from: self, to })
+        }
     }
 
     /// What cancelling does in this state.
@@ -86,7 +90,10 @@ mod tests {
         assert_eq!(Sent.transition(Sent), Ok(Sent));
         assert!(Received.transition(Sent).is_err());
         assert!(Received.transition(Confirmed).is_err());
-        assert!(Signed.transition(Cancelled).is_err(), "a signed payload may land: cancel on chain");
+        assert!(
+            Signed.transition(Cancelled).is_err(),
+            "a signed payload may land: cancel on chain"
+        );
     }
 
     #[test]

@@ -27,49 +27,49 @@ pub enum SendClass {
 }
 
 const ALREADY_KNOWN: &[&str] = &[
-    "already known",                 // geth, erigon, anvil
-    "known transaction",             // older geth, besu ("Known transaction")
-    "alreadyknown",                  // nethermind (AlreadyKnown)
-    "transaction already imported",  // anvil, openethereum
-    "already imported",              // besu
+    "already known",                // geth, erigon, anvil
+    "known transaction",            // older geth, besu ("Known transaction")
+    "alreadyknown",                 // nethermind (AlreadyKnown)
+    "transaction already imported", // anvil, openethereum
+    "already imported",             // besu
     "already in the pool",
 ];
 
 const NONCE_USED: &[&str] = &[
-    "nonce too low",                 // geth, erigon, anvil
-    "oldnonce",                      // nethermind (OldNonce)
-    "nonce_too_low",                 // besu (NONCE_TOO_LOW)
+    "nonce too low",                       // geth, erigon, anvil
+    "oldnonce",                            // nethermind (OldNonce)
+    "nonce_too_low",                       // besu (NONCE_TOO_LOW)
     "replacement transaction underpriced", // geth, erigon, anvil: same nonce pending
-    "replacement_underpriced",       // besu
-    "replacementnotallowed",         // nethermind
-    "already used",                  // besu: "Nonce ... already used"
+    "replacement_underpriced",             // besu
+    "replacementnotallowed",               // nethermind
+    "already used",                        // besu: "Nonce ... already used"
 ];
 
 const REJECTED: &[&str] = &[
-    "insufficient funds",            // geth, anvil, erigon
-    "insufficientfunds",             // nethermind
-    "upfront_cost_exceeds_balance",  // besu
-    "intrinsic gas too low",         // geth, erigon
-    "intrinsic_gas_exceeds_gas_limit", // besu
-    "exceeds block gas limit",       // geth, erigon
-    "gaslimitexceeded",              // nethermind
-    "exceeds_block_gas_limit",       // besu
-    "invalid chain id",              // geth
-    "chainid",                       // nethermind (InvalidChainId), besu (WRONG_CHAIN_ID)
-    "wrong_chain_id",                // besu
-    "invalid sender",                // geth
-    "invalid signature",             // anvil, besu (INVALID_SIGNATURE)
-    "oversized data",                // geth
+    "insufficient funds",                                   // geth, anvil, erigon
+    "insufficientfunds",                                    // nethermind
+    "upfront_cost_exceeds_balance",                         // besu
+    "intrinsic gas too low",                                // geth, erigon
+    "intrinsic_gas_exceeds_gas_limit",                      // besu
+    "exceeds block gas limit",                              // geth, erigon
+    "gaslimitexceeded",                                     // nethermind
+    "exceeds_block_gas_limit",                              // besu
+    "invalid chain id",                                     // geth
+    "chainid",           // nethermind (InvalidChainId), besu (WRONG_CHAIN_ID)
+    "wrong_chain_id",    // besu
+    "invalid sender",    // geth
+    "invalid signature", // anvil, besu (INVALID_SIGNATURE)
+    "oversized data",    // geth
     "max priority fee per gas higher than max fee per gas", // geth
     "tip higher than fee cap",
 ];
 
 const UNDERPRICED: &[&str] = &[
     "max fee per gas less than block base fee", // geth, erigon, anvil
-    "feetoolow",                     // nethermind (FeeTooLow)
-    "gas_price_below_current_base_fee", // besu
-    "gas_price_too_low",             // besu
-    "transaction underpriced",       // geth: below the pool's minimum
+    "feetoolow",                                // nethermind (FeeTooLow)
+    "gas_price_below_current_base_fee",         // besu
+    "gas_price_too_low",                        // besu
+    "transaction underpriced",                  // geth: below the pool's minimum
 ];
 
 /// Classifies a failed send.
@@ -78,7 +78,9 @@ pub fn classify_send_error(error: &RpcError) -> SendClass {
         RpcError::Node { message, .. } => classify_message(message),
         // Transport failures, HTTP errors (5xx, 429, proxies' 502) and replies we cannot read
         // say nothing about whether the node took the transaction.
-        RpcError::Transport { .. } | RpcError::Http { .. } | RpcError::Malformed { .. } => SendClass::Unknown,
+        RpcError::Transport { .. } | RpcError::Http { .. } | RpcError::Malformed { .. } => {
+            SendClass::Unknown
+        }
     }
 }
 
@@ -104,7 +106,11 @@ mod tests {
     use super::*;
 
     fn node(message: &str) -> RpcError {
-        RpcError::Node { endpoint: "e".into(), code: -32000, message: message.into() }
+        RpcError::Node {
+            endpoint: "e".into(),
+            code: -32000,
+            message: message.into(),
+        }
     }
 
     #[test]
@@ -113,35 +119,68 @@ mod tests {
             // geth
             ("already known", SendClass::AlreadyKnown),
             ("known transaction: 0x4f…", SendClass::AlreadyKnown),
-            ("nonce too low: next nonce 5, tx nonce 4", SendClass::NonceUsed),
+            (
+                "nonce too low: next nonce 5, tx nonce 4",
+                SendClass::NonceUsed,
+            ),
             ("replacement transaction underpriced", SendClass::NonceUsed),
-            ("insufficient funds for gas * price + value: balance 0, tx cost 21000", SendClass::Rejected),
-            ("intrinsic gas too low: gas 20000, minimum needed 21000", SendClass::Rejected),
-            ("max fee per gas less than block base fee: address 0x…, maxFeePerGas: 1, baseFee: 7", SendClass::Underpriced),
-            ("transaction underpriced: tip needed 1, tip permitted 0", SendClass::Underpriced),
+            (
+                "insufficient funds for gas * price + value: balance 0, tx cost 21000",
+                SendClass::Rejected,
+            ),
+            (
+                "intrinsic gas too low: gas 20000, minimum needed 21000",
+                SendClass::Rejected,
+            ),
+            (
+                "max fee per gas less than block base fee: address 0x…, maxFeePerGas: 1, baseFee: 7",
+                SendClass::Underpriced,
+            ),
+            (
+                "transaction underpriced: tip needed 1, tip permitted 0",
+                SendClass::Underpriced,
+            ),
             ("invalid sender", SendClass::Rejected),
             // anvil
             ("transaction already imported", SendClass::AlreadyKnown),
             ("nonce too low", SendClass::NonceUsed),
-            ("Insufficient funds for gas * price + value", SendClass::Rejected),
+            (
+                "Insufficient funds for gas * price + value",
+                SendClass::Rejected,
+            ),
             ("Invalid signature", SendClass::Rejected),
             // erigon
             ("ALREADY_EXISTS: already known", SendClass::AlreadyKnown),
             ("NONCE_TOO_LOW: nonce too low", SendClass::NonceUsed),
-            ("INSUFFICIENT_FUNDS: insufficient funds", SendClass::Rejected),
+            (
+                "INSUFFICIENT_FUNDS: insufficient funds",
+                SendClass::Rejected,
+            ),
             // nethermind
             ("AlreadyKnown", SendClass::AlreadyKnown),
-            ("OldNonce, Current nonce: 5, nonce of rejected tx: 4", SendClass::NonceUsed),
-            ("InsufficientFunds, Account 0x… balance: 0, cumulative cost: 21000", SendClass::Rejected),
+            (
+                "OldNonce, Current nonce: 5, nonce of rejected tx: 4",
+                SendClass::NonceUsed,
+            ),
+            (
+                "InsufficientFunds, Account 0x… balance: 0, cumulative cost: 21000",
+                SendClass::Rejected,
+            ),
             ("FeeTooLow, MaxFeePerGas too low", SendClass::Underpriced),
             ("GAS_PRICE_BELOW_CURRENT_BASE_FEE", SendClass::Underpriced),
             ("InvalidChainId", SendClass::Rejected),
             // besu
             ("Known transaction", SendClass::AlreadyKnown),
-            ("Transaction nonce is too distant from current sender nonce", SendClass::Unknown),
+            (
+                "Transaction nonce is too distant from current sender nonce",
+                SendClass::Unknown,
+            ),
             ("NONCE_TOO_LOW", SendClass::NonceUsed),
             ("REPLACEMENT_UNDERPRICED", SendClass::NonceUsed),
-            ("Upfront cost exceeds account balance (UPFRONT_COST_EXCEEDS_BALANCE)", SendClass::Rejected),
+            (
+                "Upfront cost exceeds account balance (UPFRONT_COST_EXCEEDS_BALANCE)",
+                SendClass::Rejected,
+            ),
             ("WRONG_CHAIN_ID", SendClass::Rejected),
             // A nonce ahead of the node's view is early, not invalid: the same bytes later.
             ("nonce too high", SendClass::Unknown),
@@ -157,10 +196,23 @@ mod tests {
 
     #[test]
     fn transport_and_http_failures_are_unknown() {
-        let reset = RpcError::Transport { endpoint: "e".into(), message: "reset".into(), maybe_delivered: true };
+        let reset = RpcError::Transport {
+            endpoint: "e".into(),
+            message: "reset".into(),
+            maybe_delivered: true,
+        };
         assert_eq!(classify_send_error(&reset), SendClass::Unknown);
-        assert_eq!(classify_send_error(&RpcError::Http { endpoint: "e".into(), status: 502 }), SendClass::Unknown);
-        let junk = RpcError::Malformed { endpoint: "e".into(), message: "not json".into() };
+        assert_eq!(
+            classify_send_error(&RpcError::Http {
+                endpoint: "e".into(),
+                status: 502
+            }),
+            SendClass::Unknown
+        );
+        let junk = RpcError::Malformed {
+            endpoint: "e".into(),
+            message: "not json".into(),
+        };
         assert_eq!(classify_send_error(&junk), SendClass::Unknown);
     }
 }

@@ -58,12 +58,16 @@ impl Endpoint {
     /// Sort key: healthy before demoted, then faster first.
     fn rank(&self, now: Instant) -> (bool, Duration) {
         let h = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        (h.demoted_until.is_some_and(|until| until > now), h.latency_ewma.unwrap_or(FIRST_HEDGE))
+        (
+            h.demoted_until.is_some_and(|until| until > now),
+            h.latency_ewma.unwrap_or(FIRST_HEDGE),
+        )
     }
 
     fn hedge_delay(&self) -> Duration {
         let h = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        h.latency_ewma.map_or(FIRST_HEDGE, |avg| (avg * 2).clamp(MIN_HEDGE, MAX_HEDGE))
+        h.latency_ewma
+            .map_or(FIRST_HEDGE, |avg| (avg * 2).clamp(MIN_HEDGE, MAX_HEDGE))
     }
 }
 
@@ -114,10 +118,18 @@ impl RpcPool {
             .iter()
             .map(|url| Endpoint {
                 url: url.clone(),
-                health: Mutex::new(Health { latency_ewma: None, consecutive_failures: 0, demoted_until: None }),
+                health: Mutex::new(Health {
+                    latency_ewma: None,
+                    consecutive_failures: 0,
+                    demoted_until: None,
+                }),
             })
             .collect();
-        Ok(Self { endpoints, http, next_id: AtomicU64::new(1) })
+        Ok(Self {
+            endpoints,
+            http,
+            next_id: AtomicU64::new(1),
+        })
     }
 
     /// The configured endpoint URLs, in configuration order.
@@ -136,7 +148,10 @@ impl RpcPool {
         let endpoint = &self.endpoints[index];
         let started = Instant::now();
         let result = self.post(&endpoint.url, method, params).await;
-        endpoint.record(started.elapsed(), result.is_ok() || matches!(result, Err(RpcError::Node { .. })));
+        endpoint.record(
+            started.elapsed(),
+            result.is_ok() || matches!(result, Err(RpcError::Node { .. })),
+        );
         result
     }
 
@@ -149,27 +164,39 @@ impl RpcPool {
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_string())
             .send()
-            .await.map_err(|e| RpcError::Transport {
-            endpoint: url.to_owned(),
-            message: e.to_string(),
-            maybe_delivered: !e.is_connect(),
-        })?;
+            .await
+            .map_err(|e| RpcError::Transport {
+                endpoint: url.to_owned(),
+                message: e.to_string(),
+                maybe_delivered: !e.is_connect(),
+            })?;
         let status = response.status();
         if !status.is_success() {
-            return Err(RpcError::Http { endpoint: url.to_owned(), status: status.as_u16() });
+            return Err(RpcError::Http {
+                endpoint: url.to_owned(),
+                status: status.as_u16(),
+            });
         }
         let bytes = response.bytes().await.map_err(|e| RpcError::Transport {
             endpoint: url.to_owned(),
             message: e.to_string(),
             maybe_delivered: true,
         })?;
-        let malformed = |message: String| RpcError::Malformed { endpoint: url.to_owned(), message };
-        let mut reply: Value = serde_json::from_slice(&bytes).map_err(|e| malformed(e.to_string()))?;
+        let malformed = |message: String| RpcError::Malformed {
+            endpoint: url.to_owned(),
+            message,
+        };
+        let mut reply: Value =
+            serde_json::from_slice(&bytes).map_err(|e| malformed(e.to_string()))?;
         if let Some(error) = reply.get("error") {
             return Err(RpcError::Node {
                 endpoint: url.to_owned(),
                 code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
-                message: error.get("message").and_then(Value::as_str).unwrap_or_default().to_owned(),
+                message: error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
             });
         }
         match reply.get_mut("result") {
@@ -218,8 +245,17 @@ impl RpcPool {
 
     /// A read from one endpoint only, for evidence that must come from a single view of the
     /// chain (a nonce and the receipts checked against it).
-    pub async fn read_from(&self, url: &str, method: &str, params: Value) -> Result<Value, RpcError> {
-        let index = self.endpoints.iter().position(|e| e.url == url).unwrap_or(0);
+    pub async fn read_from(
+        &self,
+        url: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, RpcError> {
+        let index = self
+            .endpoints
+            .iter()
+            .position(|e| e.url == url)
+            .unwrap_or(0);
         self.call(index, method, &params).await
     }
 
@@ -227,13 +263,19 @@ impl RpcPool {
     pub async fn send_raw(&self, raw: &[u8]) -> SendAttempt {
         let index = self.ranked()[0];
         let params = json!([format!("0x{}", hex_lower(raw))]);
-        let result = self.call(index, "eth_sendRawTransaction", &params).await.and_then(|value| {
-            parse_b256(&value).ok_or_else(|| RpcError::Malformed {
-                endpoint: self.endpoints[index].url.clone(),
-                message: format!("not a transaction hash: {value}"),
-            })
-        });
-        SendAttempt { endpoint: self.endpoints[index].url.clone(), result }
+        let result = self
+            .call(index, "eth_sendRawTransaction", &params)
+            .await
+            .and_then(|value| {
+                parse_b256(&value).ok_or_else(|| RpcError::Malformed {
+                    endpoint: self.endpoints[index].url.clone(),
+                    message: format!("not a transaction hash: {value}"),
+                })
+            });
+        SendAttempt {
+            endpoint: self.endpoints[index].url.clone(),
+            result,
+        }
     }
 
     /// `eth_chainId`.
@@ -250,35 +292,54 @@ impl RpcPool {
 
     /// The account's nonce at the latest block: how many of its transactions are included.
     pub async fn nonce(&self, address: Address) -> Result<u64> {
-        let value = self.read("eth_getTransactionCount", json!([address.to_string(), "latest"])).await?;
+        let value = self
+            .read(
+                "eth_getTransactionCount",
+                json!([address.to_string(), "latest"]),
+            )
+            .await?;
         quantity(&value).ok_or_else(|| malformed_all("eth_getTransactionCount", &value))
     }
 
     /// The receipt of `hash`, if the answering endpoint has one.
     pub async fn receipt(&self, hash: B256) -> Result<Option<Receipt>> {
-        let value = self.read("eth_getTransactionReceipt", json!([hash.to_string()])).await?;
+        let value = self
+            .read("eth_getTransactionReceipt", json!([hash.to_string()]))
+            .await?;
         Ok(parse_receipt(&value))
     }
 
     /// Balance in wei, as a decimal string.
     pub async fn balance(&self, address: Address) -> Result<alloy_primitives::U256> {
-        let value = self.read("eth_getBalance", json!([address.to_string(), "latest"])).await?;
+        let value = self
+            .read("eth_getBalance", json!([address.to_string(), "latest"]))
+            .await?;
         value
             .as_str()
-            .and_then(|s| alloy_primitives::U256::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+            .and_then(|s| {
+                alloy_primitives::U256::from_str_radix(s.trim_start_matches("0x"), 16).ok()
+            })
             .ok_or_else(|| malformed_all("eth_getBalance", &value))
     }
 
     /// Current EIP-1559 fees: twice the latest base fee plus the node's suggested tip, so the
     /// transaction stays includable through several blocks of rising base fee.
     pub async fn eip1559_fees(&self) -> Result<crate::Fees> {
-        let block = self.read("eth_getBlockByNumber", json!(["latest", false])).await?;
-        let base = block.get("baseFeePerGas").and_then(quantity_u128).unwrap_or(0);
+        let block = self
+            .read("eth_getBlockByNumber", json!(["latest", false]))
+            .await?;
+        let base = block
+            .get("baseFeePerGas")
+            .and_then(quantity_u128)
+            .unwrap_or(0);
         let tip = match self.read("eth_maxPriorityFeePerGas", json!([])).await {
             Ok(value) => quantity_u128(&value).unwrap_or(1_000_000_000),
             Err(_) => 1_000_000_000,
         };
-        Ok(crate::Fees::Eip1559 { max_fee_per_gas: base * 2 + tip, max_priority_fee_per_gas: tip })
+        Ok(crate::Fees::Eip1559 {
+            max_fee_per_gas: base * 2 + tip,
+            max_priority_fee_per_gas: tip,
+        })
     }
 
     /// `eth_gasPrice`, for legacy transactions.
@@ -288,7 +349,13 @@ impl RpcPool {
     }
 
     /// `eth_estimateGas` for a call.
-    pub async fn estimate_gas(&self, from: Address, to: Address, value_wei: &str, data: &[u8]) -> Result<u64> {
+    pub async fn estimate_gas(
+        &self,
+        from: Address,
+        to: Address,
+        value_wei: &str,
+        data: &[u8],
+    ) -> Result<u64> {
         let value = alloy_primitives::U256::from_str_radix(value_wei, 10).unwrap_or_default();
         let call = json!({
             "from": from.to_string(), "to": to.to_string(),
@@ -302,7 +369,10 @@ impl RpcPool {
 fn malformed_all(method: &'static str, value: &Value) -> Error {
     Error::AllEndpointsFailed {
         method,
-        errors: vec![RpcError::Malformed { endpoint: "(hedged)".into(), message: format!("unexpected result {value}") }],
+        errors: vec![RpcError::Malformed {
+            endpoint: "(hedged)".into(),
+            message: format!("unexpected result {value}"),
+        }],
     }
 }
 

@@ -56,7 +56,10 @@ pub struct SignedTx {
 impl std::fmt::Debug for SignedTx {
     // Never print a whole signed payload.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SignedTx").field("hash", &self.hash).field("len", &self.raw.len()).finish()
+        f.debug_struct("SignedTx")
+            .field("hash", &self.hash)
+            .field("len", &self.raw.len())
+            .finish()
     }
 }
 
@@ -65,13 +68,22 @@ impl std::fmt::Debug for SignedTx {
 pub fn build_transaction(intent: &Intent, params: TxParams) -> Result<UnsignedTx> {
     let (chain_id, to, value, input) = match intent {
         Intent::EvmTransfer(t) => (t.chain_id, t.to.as_bytes(), t.value.as_str(), Bytes::new()),
-        Intent::EvmContractCall(c) => (c.chain_id, c.to.as_bytes(), c.value.as_str(), Bytes::from(c.data.clone())),
+        Intent::EvmContractCall(c) => (
+            c.chain_id,
+            c.to.as_bytes(),
+            c.value.as_str(),
+            Bytes::from(c.data.clone()),
+        ),
         other => return Err(Error::NotEvm(other.chain().to_string())),
     };
     let to = TxKind::Call(Address::from(*to));
-    let value = U256::from_str_radix(value, 10).map_err(|e| Error::NotEvm(format!("value: {e}")))?;
+    let value =
+        U256::from_str_radix(value, 10).map_err(|e| Error::NotEvm(format!("value: {e}")))?;
     Ok(match params.fees {
-        Fees::Eip1559 { max_fee_per_gas, max_priority_fee_per_gas } => UnsignedTx::Eip1559(TxEip1559 {
+        Fees::Eip1559 {
+            max_fee_per_gas,
+            max_priority_fee_per_gas,
+        } => UnsignedTx::Eip1559(TxEip1559 {
             chain_id,
             nonce: params.nonce,
             gas_limit: params.gas_limit,
@@ -109,7 +121,10 @@ impl UnsignedTx {
             UnsignedTx::Eip1559(tx) => tx.into_signed(signature).into(),
             UnsignedTx::Legacy(tx) => tx.into_signed(signature).into(),
         };
-        SignedTx { raw: envelope.encoded_2718(), hash: *envelope.tx_hash() }
+        SignedTx {
+            raw: envelope.encoded_2718(),
+            hash: *envelope.tx_hash(),
+        }
     }
 }
 
@@ -129,20 +144,36 @@ mod tests {
         let params = TxParams {
             nonce: 7,
             gas_limit: 21_000,
-            fees: Fees::Eip1559 { max_fee_per_gas: 2_000_000_000, max_priority_fee_per_gas: 1_000_000_000 },
+            fees: Fees::Eip1559 {
+                max_fee_per_gas: 2_000_000_000,
+                max_priority_fee_per_gas: 1_000_000_000,
+            },
         };
-        let UnsignedTx::Eip1559(tx) = build_transaction(&intent, params).unwrap() else { panic!() };
+        let UnsignedTx::Eip1559(tx) = build_transaction(&intent, params).unwrap() else {
+            panic!()
+        };
         assert_eq!((tx.chain_id, tx.nonce, tx.gas_limit), (31337, 7, 21_000));
         assert_eq!(tx.value, U256::from(10u64).pow(U256::from(18u64)));
-        assert_eq!(tx.to, TxKind::Call("0x70997970C51812dc3A010C7d01b50e0d17dc79C8".parse().unwrap()));
+        assert_eq!(
+            tx.to,
+            TxKind::Call(
+                "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
+                    .parse()
+                    .unwrap()
+            )
+        );
         // Same inputs, same hash to sign: re-signing after a crash reproduces the payload.
         assert_eq!(
             build_transaction(&intent, params).unwrap().signature_hash(),
-            build_transaction(&intent, TxParams { nonce: 7, ..params }).unwrap().signature_hash()
+            build_transaction(&intent, TxParams { nonce: 7, ..params })
+                .unwrap()
+                .signature_hash()
         );
         assert_ne!(
             build_transaction(&intent, params).unwrap().signature_hash(),
-            build_transaction(&intent, TxParams { nonce: 8, ..params }).unwrap().signature_hash()
+            build_transaction(&intent, TxParams { nonce: 8, ..params })
+                .unwrap()
+                .signature_hash()
         );
     }
 }
@@ -154,10 +185,19 @@ pub fn params_of(raw: &[u8]) -> Option<TxParams> {
     use alloy_eips::eip2718::Decodable2718;
     let envelope = TxEnvelope::decode_2718_exact(raw).ok()?;
     let fees = match envelope.max_priority_fee_per_gas() {
-        Some(tip) => Fees::Eip1559 { max_fee_per_gas: envelope.max_fee_per_gas(), max_priority_fee_per_gas: tip },
-        None => Fees::Legacy { gas_price: envelope.gas_price()? },
+        Some(tip) => Fees::Eip1559 {
+            max_fee_per_gas: envelope.max_fee_per_gas(),
+            max_priority_fee_per_gas: tip,
+        },
+        None => Fees::Legacy {
+            gas_price: envelope.gas_price()?,
+        },
     };
-    Some(TxParams { nonce: envelope.nonce(), gas_limit: envelope.gas_limit(), fees })
+    Some(TxParams {
+        nonce: envelope.nonce(),
+        gas_limit: envelope.gas_limit(),
+        fees,
+    })
 }
 
 impl Fees {
@@ -167,13 +207,24 @@ impl Fees {
         let up = |old: u128, now: u128| now.max(old + old / 4 + 1);
         match (previous, current) {
             (
-                Fees::Eip1559 { max_fee_per_gas: old_fee, max_priority_fee_per_gas: old_tip },
-                Fees::Eip1559 { max_fee_per_gas: fee, max_priority_fee_per_gas: tip },
+                Fees::Eip1559 {
+                    max_fee_per_gas: old_fee,
+                    max_priority_fee_per_gas: old_tip,
+                },
+                Fees::Eip1559 {
+                    max_fee_per_gas: fee,
+                    max_priority_fee_per_gas: tip,
+                },
             ) => {
                 let tip = up(old_tip, tip);
-                Fees::Eip1559 { max_fee_per_gas: up(old_fee, fee).max(tip), max_priority_fee_per_gas: tip }
+                Fees::Eip1559 {
+                    max_fee_per_gas: up(old_fee, fee).max(tip),
+                    max_priority_fee_per_gas: tip,
+                }
             }
-            (Fees::Legacy { gas_price: old }, Fees::Legacy { gas_price: now }) => Fees::Legacy { gas_price: up(old, now) },
+            (Fees::Legacy { gas_price: old }, Fees::Legacy { gas_price: now }) => Fees::Legacy {
+                gas_price: up(old, now),
+            },
             // A type change is not a replacement any node accepts: keep the previous type.
             (previous, _) => Fees::bumped(previous, previous),
         }
@@ -187,12 +238,30 @@ mod replacement_tests {
 
     #[test]
     fn bumps_raise_every_fee_by_a_quarter_at_least() {
-        let old = Fees::Eip1559 { max_fee_per_gas: 100, max_priority_fee_per_gas: 10 };
-        let low_now = Fees::Eip1559 { max_fee_per_gas: 50, max_priority_fee_per_gas: 1 };
-        assert_eq!(Fees::bumped(old, low_now), Fees::Eip1559 { max_fee_per_gas: 126, max_priority_fee_per_gas: 13 });
-        let high_now = Fees::Eip1559 { max_fee_per_gas: 1_000, max_priority_fee_per_gas: 100 };
+        let old = Fees::Eip1559 {
+            max_fee_per_gas: 100,
+            max_priority_fee_per_gas: 10,
+        };
+        let low_now = Fees::Eip1559 {
+            max_fee_per_gas: 50,
+            max_priority_fee_per_gas: 1,
+        };
+        assert_eq!(
+            Fees::bumped(old, low_now),
+            Fees::Eip1559 {
+                max_fee_per_gas: 126,
+                max_priority_fee_per_gas: 13
+            }
+        );
+        let high_now = Fees::Eip1559 {
+            max_fee_per_gas: 1_000,
+            max_priority_fee_per_gas: 100,
+        };
         assert_eq!(Fees::bumped(old, high_now), high_now);
-        assert_eq!(Fees::bumped(Fees::Legacy { gas_price: 8 }, Fees::Legacy { gas_price: 1 }), Fees::Legacy { gas_price: 11 });
+        assert_eq!(
+            Fees::bumped(Fees::Legacy { gas_price: 8 }, Fees::Legacy { gas_price: 1 }),
+            Fees::Legacy { gas_price: 11 }
+        );
     }
 
     #[test]
@@ -203,7 +272,14 @@ mod replacement_tests {
             to: EvmAddress::from([2; 20]),
             value: Wei::parse("5").unwrap(),
         });
-        let params = TxParams { nonce: 9, gas_limit: 21_000, fees: Fees::Eip1559 { max_fee_per_gas: 7, max_priority_fee_per_gas: 3 } };
+        let params = TxParams {
+            nonce: 9,
+            gas_limit: 21_000,
+            fees: Fees::Eip1559 {
+                max_fee_per_gas: 7,
+                max_priority_fee_per_gas: 3,
+            },
+        };
         let unsigned = build_transaction(&intent, params).unwrap();
         let signature = Signature::new(U256::from(1), U256::from(2), false);
         let signed = unsigned.into_signed(signature);

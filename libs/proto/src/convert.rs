@@ -3,10 +3,9 @@
 
 use crate::pb;
 use sigcast_domain::{
-    EvmAddress, EvmContractCall, EvmTransfer, Intent, IntentRules, Lamports, OpId,
-    OperationState, Rule, SolanaAccountMeta, SolanaInstruction, SolanaInstructions,
-    SolanaPubkey, SolanaTransfer, Wei, MAX_SOLANA_ACCOUNTS, MAX_SOLANA_INSTRUCTIONS,
-    MAX_SOLANA_INSTRUCTION_DATA,
+    EvmAddress, EvmContractCall, EvmTransfer, Intent, IntentRules, Lamports, MAX_SOLANA_ACCOUNTS,
+    MAX_SOLANA_INSTRUCTION_DATA, MAX_SOLANA_INSTRUCTIONS, OpId, OperationState, Rule,
+    SolanaAccountMeta, SolanaInstruction, SolanaInstructions, SolanaPubkey, SolanaTransfer, Wei,
 };
 
 /// A field of a request and the rule its value broke.
@@ -29,13 +28,23 @@ struct Violations(Vec<FieldViolation>);
 
 impl Violations {
     fn check<T>(&mut self, field: impl Into<String>, parsed: Result<T, Rule>) -> Option<T> {
-        parsed.map_err(|rule| self.0.push(FieldViolation { field: field.into(), rule })).ok()
+        parsed
+            .map_err(|rule| {
+                self.0.push(FieldViolation {
+                    field: field.into(),
+                    rule,
+                })
+            })
+            .ok()
     }
 }
 
 /// Parses an op_id field.
 pub fn parse_op_id(field: &str, text: &str) -> Result<OpId, FieldViolation> {
-    OpId::parse(text).map_err(|rule| FieldViolation { field: field.to_owned(), rule })
+    OpId::parse(text).map_err(|rule| FieldViolation {
+        field: field.to_owned(),
+        rule,
+    })
 }
 
 /// Parses and validates a request's intent against the deployment's rules. `field` is the
@@ -62,7 +71,12 @@ pub fn intent_from_proto(
             let value = v.check(format!("{at}.value_wei"), Wei::parse(&t.value_wei));
             (|| {
                 chain?;
-                Some(Intent::EvmTransfer(EvmTransfer { chain_id: t.chain_id, from: from?, to: to?, value: value? }))
+                Some(Intent::EvmTransfer(EvmTransfer {
+                    chain_id: t.chain_id,
+                    from: from?,
+                    to: to?,
+                    value: value?,
+                }))
             })()
         }
         Kind::EvmContractCall(c) => {
@@ -92,7 +106,10 @@ pub fn intent_from_proto(
         }
         Kind::SolanaTransfer(t) => {
             let at = format!("{field}.solana_transfer");
-            let cluster = v.check(format!("{at}.cluster"), rules.check_solana_cluster(&t.cluster));
+            let cluster = v.check(
+                format!("{at}.cluster"),
+                rules.check_solana_cluster(&t.cluster),
+            );
             let from = v.check(format!("{at}.from"), SolanaPubkey::parse(&t.from));
             let to = v.check(format!("{at}.to"), SolanaPubkey::parse(&t.to));
             let lamports = v.check(format!("{at}.lamports"), Lamports::parse(&t.lamports));
@@ -108,11 +125,22 @@ pub fn intent_from_proto(
         }
         Kind::SolanaInstructions(list) => {
             let at = format!("{field}.solana_instructions");
-            let cluster = v.check(format!("{at}.cluster"), rules.check_solana_cluster(&list.cluster));
-            let fee_payer = v.check(format!("{at}.fee_payer"), SolanaPubkey::parse(&list.fee_payer));
+            let cluster = v.check(
+                format!("{at}.cluster"),
+                rules.check_solana_cluster(&list.cluster),
+            );
+            let fee_payer = v.check(
+                format!("{at}.fee_payer"),
+                SolanaPubkey::parse(&list.fee_payer),
+            );
             let count = v.check(
                 format!("{at}.instructions"),
-                check_count(list.instructions.len(), 1, MAX_SOLANA_INSTRUCTIONS, "instructions"),
+                check_count(
+                    list.instructions.len(),
+                    1,
+                    MAX_SOLANA_INSTRUCTIONS,
+                    "instructions",
+                ),
             );
             let instructions: Vec<_> = list
                 .instructions
@@ -137,8 +165,15 @@ pub fn intent_from_proto(
     }
 }
 
-fn solana_instruction(v: &mut Violations, at: &str, ix: &pb::SolanaInstruction) -> Option<SolanaInstruction> {
-    let program_id = v.check(format!("{at}.program_id"), SolanaPubkey::parse(&ix.program_id));
+fn solana_instruction(
+    v: &mut Violations,
+    at: &str,
+    ix: &pb::SolanaInstruction,
+) -> Option<SolanaInstruction> {
+    let program_id = v.check(
+        format!("{at}.program_id"),
+        SolanaPubkey::parse(&ix.program_id),
+    );
     let count = v.check(
         format!("{at}.accounts"),
         check_count(ix.accounts.len(), 0, MAX_SOLANA_ACCOUNTS, "accounts"),
@@ -152,8 +187,15 @@ fn solana_instruction(v: &mut Violations, at: &str, ix: &pb::SolanaInstruction) 
         .iter()
         .enumerate()
         .map(|(j, meta)| {
-            v.check(format!("{at}.accounts[{j}].pubkey"), SolanaPubkey::parse(&meta.pubkey))
-                .map(|pubkey| SolanaAccountMeta { pubkey, is_signer: meta.is_signer, is_writable: meta.is_writable })
+            v.check(
+                format!("{at}.accounts[{j}].pubkey"),
+                SolanaPubkey::parse(&meta.pubkey),
+            )
+            .map(|pubkey| SolanaAccountMeta {
+                pubkey,
+                is_signer: meta.is_signer,
+                is_writable: meta.is_writable,
+            })
         })
         .collect();
     count?;
@@ -287,11 +329,22 @@ mod tests {
         };
         assert_eq!(
             fields(intent_from_proto("intent", Some(&intent), &rules())),
-            ["intent.evm_transfer.chain_id", "intent.evm_transfer.from", "intent.evm_transfer.value_wei"]
+            [
+                "intent.evm_transfer.chain_id",
+                "intent.evm_transfer.from",
+                "intent.evm_transfer.value_wei"
+            ]
         );
-        assert_eq!(fields(intent_from_proto("intent", None, &rules())), ["intent"]);
         assert_eq!(
-            fields(intent_from_proto("intent", Some(&pb::Intent { kind: None }), &rules())),
+            fields(intent_from_proto("intent", None, &rules())),
+            ["intent"]
+        );
+        assert_eq!(
+            fields(intent_from_proto(
+                "intent",
+                Some(&pb::Intent { kind: None }),
+                &rules()
+            )),
             ["intent"]
         );
     }
@@ -306,8 +359,16 @@ mod tests {
                 instructions: vec![pb::SolanaInstruction {
                     program_id: good.into(),
                     accounts: vec![
-                        pb::SolanaAccountMeta { pubkey: good.into(), is_signer: true, is_writable: true },
-                        pb::SolanaAccountMeta { pubkey: "bad!".into(), is_signer: false, is_writable: false },
+                        pb::SolanaAccountMeta {
+                            pubkey: good.into(),
+                            is_signer: true,
+                            is_writable: true,
+                        },
+                        pb::SolanaAccountMeta {
+                            pubkey: "bad!".into(),
+                            is_signer: false,
+                            is_writable: false,
+                        },
                     ],
                     data: vec![1, 2],
                 }],
@@ -332,9 +393,14 @@ mod tests {
             })),
         };
         let parsed = intent_from_proto("intent", Some(&intent), &rules()).unwrap();
-        let Some(Kind::EvmContractCall(back)) = intent_to_proto(&parsed).kind else { panic!() };
+        let Some(Kind::EvmContractCall(back)) = intent_to_proto(&parsed).kind else {
+            panic!()
+        };
         assert_eq!(back.from, "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");
         assert_eq!(back.value_wei, "0");
-        assert_eq!(intent_from_proto("intent", Some(&intent_to_proto(&parsed)), &rules()).unwrap(), parsed);
+        assert_eq!(
+            intent_from_proto("intent", Some(&intent_to_proto(&parsed)), &rules()).unwrap(),
+            parsed
+        );
     }
 }

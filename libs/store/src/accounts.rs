@@ -58,9 +58,16 @@ fn decode_u64(key: &[u8], bytes: Vec<u8>) -> Result<u64> {
 }
 
 /// The next nonce the store would allocate for an account, if it has allocated any.
-pub fn next_nonce(tx: &mut dyn KvRead, root: &Subspace, chain: &str, account: &str) -> Result<Option<u64>> {
+pub fn next_nonce(
+    tx: &mut dyn KvRead,
+    root: &Subspace,
+    chain: &str,
+    account: &str,
+) -> Result<Option<u64>> {
     let key = next_key(root, chain, account);
-    tx.get(&key)?.map(|bytes| decode_u64(&key, bytes)).transpose()
+    tx.get(&key)?
+        .map(|bytes| decode_u64(&key, bytes))
+        .transpose()
 }
 
 /// Allocates the account's next nonce to `op_id`, in the caller's transaction.
@@ -87,22 +94,44 @@ pub fn allocate_nonce(
     if let Some(existing) = tx.get(&owner)? {
         let existing = String::from_utf8_lossy(&existing).into_owned();
         if existing != op_id {
-            return Ok(Err(NonceTaken { chain: chain.into(), account: account.into(), nonce, owner: existing }));
+            return Ok(Err(NonceTaken {
+                chain: chain.into(),
+                account: account.into(),
+                nonce,
+                owner: existing,
+            }));
         }
     }
     tx.set(&owner, op_id.as_bytes())?;
     tx.set(&next_key(root, chain, account), &(nonce + 1).to_be_bytes())?;
-    Ok(Ok(Allocation { nonce, external_gap }))
+    Ok(Ok(Allocation {
+        nonce,
+        external_gap,
+    }))
 }
 
 /// The operation owning a nonce, if any.
-pub fn nonce_owner(tx: &mut dyn KvRead, root: &Subspace, chain: &str, account: &str, nonce: u64) -> Result<Option<String>> {
-    Ok(tx.get(&owner_key(root, chain, account, nonce))?.map(|b| String::from_utf8_lossy(&b).into_owned()))
+pub fn nonce_owner(
+    tx: &mut dyn KvRead,
+    root: &Subspace,
+    chain: &str,
+    account: &str,
+    nonce: u64,
+) -> Result<Option<String>> {
+    Ok(tx
+        .get(&owner_key(root, chain, account, nonce))?
+        .map(|b| String::from_utf8_lossy(&b).into_owned()))
 }
 
 /// Stores an attempt's signed bytes. Refuses to overwrite different bytes: an attempt's
 /// payload never changes once persisted.
-pub fn put_payload(tx: &mut dyn KvTransaction, root: &Subspace, op_id: &str, attempt: u32, raw: &[u8]) -> Result<bool> {
+pub fn put_payload(
+    tx: &mut dyn KvTransaction,
+    root: &Subspace,
+    op_id: &str,
+    attempt: u32,
+    raw: &[u8],
+) -> Result<bool> {
     let key = payload_key(root, op_id, attempt);
     match tx.get(&key)? {
         Some(existing) => Ok(existing == raw),
@@ -114,6 +143,11 @@ pub fn put_payload(tx: &mut dyn KvTransaction, root: &Subspace, op_id: &str, att
 }
 
 /// An attempt's signed bytes.
-pub fn payload(tx: &mut dyn KvRead, root: &Subspace, op_id: &str, attempt: u32) -> Result<Option<Vec<u8>>> {
+pub fn payload(
+    tx: &mut dyn KvRead,
+    root: &Subspace,
+    op_id: &str,
+    attempt: u32,
+) -> Result<Option<Vec<u8>>> {
     tx.get(&payload_key(root, op_id, attempt))
 }

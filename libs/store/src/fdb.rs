@@ -28,12 +28,17 @@ fn start_network() -> Result<()> {
             // SAFETY: called once per process (guarded by the OnceLock) before any database is
             // opened. The guard is leaked on purpose: the network thread must outlive every
             // Database handle, which may live until the process exits.
-            let guard = unsafe { builder.boot() }.map_err(|e| format!("starting the FoundationDB network: {e}"))?;
+            let guard = unsafe { builder.boot() }
+                .map_err(|e| format!("starting the FoundationDB network: {e}"))?;
             std::mem::forget(guard);
             Ok(())
         })
         .clone()
-        .map_err(|reason| Error::Open { backend: "foundationdb", location: "network".into(), reason })
+        .map_err(|reason| Error::Open {
+            backend: "foundationdb",
+            location: "network".into(),
+            reason,
+        })
 }
 
 pub(crate) struct FdbBackend {
@@ -46,7 +51,9 @@ impl FdbBackend {
         let location = cluster_file.map(|p| p.display().to_string());
         let db = Database::new(location.as_deref()).map_err(|e| Error::Open {
             backend: "foundationdb",
-            location: location.clone().unwrap_or_else(|| foundationdb::default_config_path().into()),
+            location: location
+                .clone()
+                .unwrap_or_else(|| foundationdb::default_config_path().into()),
             reason: e.to_string(),
         })?;
         Ok(Self { db })
@@ -58,7 +65,10 @@ impl FdbBackend {
         Ok(trx)
     }
 
-    pub(crate) fn run<T>(&self, body: &mut dyn FnMut(&mut dyn KvTransaction) -> Result<T>) -> Result<T> {
+    pub(crate) fn run<T>(
+        &self,
+        body: &mut dyn FnMut(&mut dyn KvTransaction) -> Result<T>,
+    ) -> Result<T> {
         let mut trx = self.transaction()?;
         loop {
             match body(&mut FdbTx { trx: &trx }) {
@@ -113,7 +123,10 @@ impl KvRead for FdbTx<'_> {
         let mut iteration = 1;
         loop {
             let kvs = block_on(self.trx.get_range(&opt, iteration, false))?;
-            out.extend(kvs.iter().map(|kv| (kv.key().to_vec(), kv.value().to_vec())));
+            out.extend(
+                kvs.iter()
+                    .map(|kv| (kv.key().to_vec(), kv.value().to_vec())),
+            );
             match opt.next_range(&kvs) {
                 Some(next) => opt = next,
                 None => return Ok(out),

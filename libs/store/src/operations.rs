@@ -30,7 +30,12 @@ fn record_key(root: &Subspace, op_id: &str) -> Vec<u8> {
 }
 
 fn account_key(root: &Subspace, op: &pb::Operation) -> Vec<u8> {
-    root.pack(&(BY_ACCOUNT, op.chain.as_str(), op.account.as_str(), op.op_id.as_str()))
+    root.pack(&(
+        BY_ACCOUNT,
+        op.chain.as_str(),
+        op.account.as_str(),
+        op.op_id.as_str(),
+    ))
 }
 
 fn state_key(root: &Subspace, op: &pb::Operation) -> Vec<u8> {
@@ -150,14 +155,18 @@ pub fn cancel(
             put(tx, root, Some(&stored), &mut op, now)?;
             Ok(CancelOutcome::Cancelled(op))
         }
-        CancelEffect::RequestOnChainCancel if stored.cancel_requested => Ok(CancelOutcome::Requested(stored)),
+        CancelEffect::RequestOnChainCancel if stored.cancel_requested => {
+            Ok(CancelOutcome::Requested(stored))
+        }
         CancelEffect::RequestOnChainCancel => {
             let mut op = stored.clone();
             op.cancel_requested = true;
             put(tx, root, Some(&stored), &mut op, now)?;
             Ok(CancelOutcome::Requested(op))
         }
-        CancelEffect::AlreadyTerminal if state == OperationState::Cancelled => Ok(CancelOutcome::Cancelled(stored)),
+        CancelEffect::AlreadyTerminal if state == OperationState::Cancelled => {
+            Ok(CancelOutcome::Cancelled(stored))
+        }
         CancelEffect::AlreadyTerminal => Ok(CancelOutcome::Terminal(stored)),
     }
 }
@@ -207,7 +216,9 @@ pub fn list(
     // The narrowest index for the filter; the rest of the filter is applied to each record.
     let (begin, end, records_inline) = match (&filter.chain, &filter.account, filter.state) {
         (Some(chain), Some(account), _) => {
-            let (b, e) = root.subspace(&(BY_ACCOUNT, chain.as_str(), account.as_str())).range();
+            let (b, e) = root
+                .subspace(&(BY_ACCOUNT, chain.as_str(), account.as_str()))
+                .range();
             (b, e, false)
         }
         (_, _, Some(state)) => {
@@ -287,6 +298,10 @@ fn index_op_id(key: &[u8]) -> Result<String> {
     })?;
     match elements.last() {
         Some(tuple::Element::String(s)) => Ok(s.to_string()),
-        _ => Err(Error::Corrupt { what: "index key", key: hex_string(key), reason: "no op_id at its end".into() }),
+        _ => Err(Error::Corrupt {
+            what: "index key",
+            key: hex_string(key),
+            reason: "no op_id at its end".into(),
+        }),
     }
 }

@@ -32,7 +32,11 @@ impl SqliteBackend {
                 reason: format!("creating directory {}: {e}", dir.display()),
             })?;
         }
-        let backend = Self { path: path.to_owned(), busy_timeout, idle: Mutex::new(Vec::new()) };
+        let backend = Self {
+            path: path.to_owned(),
+            busy_timeout,
+            idle: Mutex::new(Vec::new()),
+        };
         let conn = backend.connect()?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS kv (key BLOB PRIMARY KEY NOT NULL, value BLOB NOT NULL) WITHOUT ROWID;",
@@ -92,7 +96,10 @@ impl SqliteBackend {
     }
 
     /// One attempt of a read-only transaction: a consistent snapshot, no write lock.
-    pub(crate) fn read_once<T>(&self, body: &mut dyn FnMut(&mut dyn KvRead) -> Result<T>) -> Result<T> {
+    pub(crate) fn read_once<T>(
+        &self,
+        body: &mut dyn FnMut(&mut dyn KvRead) -> Result<T>,
+    ) -> Result<T> {
         let conn = self.acquire()?;
         let result = Self::in_transaction(&conn, "BEGIN DEFERRED", |tx| body(tx));
         self.release(conn);
@@ -124,7 +131,9 @@ struct SqliteTx<'c> {
 
 impl KvRead for SqliteTx<'_> {
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let mut stmt = self.conn.prepare_cached("SELECT value FROM kv WHERE key = ?1")?;
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT value FROM kv WHERE key = ?1")?;
         Ok(stmt.query_row(params![key], |row| row.get(0)).optional()?)
     }
 
@@ -142,7 +151,9 @@ impl KvRead for SqliteTx<'_> {
         };
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut stmt = self.conn.prepare_cached(sql)?;
-        let rows = stmt.query_map(params![begin, end, limit], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        let rows = stmt.query_map(params![begin, end, limit], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 }
@@ -157,7 +168,9 @@ impl KvTransaction for SqliteTx<'_> {
     }
 
     fn clear(&mut self, key: &[u8]) -> Result<()> {
-        self.conn.prepare_cached("DELETE FROM kv WHERE key = ?1")?.execute(params![key])?;
+        self.conn
+            .prepare_cached("DELETE FROM kv WHERE key = ?1")?
+            .execute(params![key])?;
         Ok(())
     }
 

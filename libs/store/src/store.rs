@@ -62,12 +62,19 @@ impl Default for StoreConfig {
 impl StoreConfig {
     /// An SQLite store at `path` with default settings.
     pub fn sqlite(path: impl Into<PathBuf>) -> Self {
-        Self { path: path.into(), ..Self::default() }
+        Self {
+            path: path.into(),
+            ..Self::default()
+        }
     }
 
     /// A FoundationDB store with default settings.
     pub fn fdb(cluster_file: Option<PathBuf>) -> Self {
-        Self { backend: Backend::Fdb, cluster_file, ..Self::default() }
+        Self {
+            backend: Backend::Fdb,
+            cluster_file,
+            ..Self::default()
+        }
     }
 }
 
@@ -104,16 +111,19 @@ impl Store {
                 Duration::from_millis(config.busy_timeout_ms),
             )?),
             #[cfg(feature = "fdb")]
-            Backend::Fdb => Engine::Fdb(crate::fdb::FdbBackend::open(config.cluster_file.as_deref())?),
+            Backend::Fdb => Engine::Fdb(crate::fdb::FdbBackend::open(
+                config.cluster_file.as_deref(),
+            )?),
             #[cfg(not(feature = "fdb"))]
             Backend::Fdb => {
                 return Err(Error::Open {
                     backend: "foundationdb",
-                    location: config
-                        .cluster_file
-                        .as_ref()
-                        .map_or_else(|| "the default cluster file".into(), |p| p.display().to_string()),
-                    reason: "this build has no FoundationDB support (build with --features fdb)".into(),
+                    location: config.cluster_file.as_ref().map_or_else(
+                        || "the default cluster file".into(),
+                        |p| p.display().to_string(),
+                    ),
+                    reason: "this build has no FoundationDB support (build with --features fdb)"
+                        .into(),
                 });
             }
         };
@@ -156,7 +166,12 @@ impl Store {
         T: Send + 'static,
         F: FnMut(&mut dyn KvTransaction) -> Result<T> + Send + 'static,
     {
-        let _permit = self.inner.permits.acquire().await.map_err(|e| Error::Task(e.to_string()))?;
+        let _permit = self
+            .inner
+            .permits
+            .acquire()
+            .await
+            .map_err(|e| Error::Task(e.to_string()))?;
         let store = self.clone();
         tokio::task::spawn_blocking(move || store.run(body))
             .await
@@ -169,7 +184,12 @@ impl Store {
         T: Send + 'static,
         F: FnMut(&mut dyn KvRead) -> Result<T> + Send + 'static,
     {
-        let _permit = self.inner.permits.acquire().await.map_err(|e| Error::Task(e.to_string()))?;
+        let _permit = self
+            .inner
+            .permits
+            .acquire()
+            .await
+            .map_err(|e| Error::Task(e.to_string()))?;
         let store = self.clone();
         tokio::task::spawn_blocking(move || store.read(body))
             .await
@@ -187,7 +207,10 @@ fn retry_busy<T>(mut attempt: impl FnMut() -> Result<T>) -> Result<T> {
         match attempt() {
             Err(e) if e.is_sqlite_busy() => {
                 if start.elapsed() >= RETRY_DEADLINE {
-                    return Err(Error::Busy { attempts, elapsed_ms: start.elapsed().as_millis() });
+                    return Err(Error::Busy {
+                        attempts,
+                        elapsed_ms: start.elapsed().as_millis(),
+                    });
                 }
                 tracing::debug!(attempts, "store busy, retrying transaction");
                 std::thread::sleep(Duration::from_millis(u64::from(attempts.min(10)) * 5));

@@ -30,14 +30,20 @@ pub struct LogConfig {
 
 impl Default for LogConfig {
     fn default() -> Self {
-        Self { format: LogFormat::Human, filter: "info".to_owned() }
+        Self {
+            format: LogFormat::Human,
+            filter: "info".to_owned(),
+        }
     }
 }
 
 /// Installs the process-wide subscriber. Logs go to stderr. Calling it twice keeps the first.
 pub fn init(config: &LogConfig) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.filter));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.filter));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match config.format {
         LogFormat::Human => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),

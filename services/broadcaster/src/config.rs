@@ -1,14 +1,13 @@
 //! Broadcaster configuration: defaults, then a TOML file, then `SIGCAST_BROADCASTER__*`
 //! environment variables (`__` separates levels).
 
-use figment::Figment;
-use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use sigcast_store::StoreConfig;
 use sigcast_telemetry::LogConfig;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
+
+pub use sigcast_runtime::{ConfigError, ServiceConfig};
 
 /// Prefix of the environment variables that override the file.
 pub const ENV_PREFIX: &str = "SIGCAST_BROADCASTER__";
@@ -58,7 +57,10 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 50053)),
             store: StoreConfig::default(),
             signer_url: "http://127.0.0.1:50052".into(),
-            evm_chains: vec![EvmChainConfig { chain_id: 31337, rpc_urls: vec!["http://127.0.0.1:8545".into()] }],
+            evm_chains: vec![EvmChainConfig {
+                chain_id: 31337,
+                rpc_urls: vec!["http://127.0.0.1:8545".into()],
+            }],
             poll_ms: 200,
             confirmations: 1,
             rebroadcast_ms: 6_000,
@@ -70,42 +72,16 @@ impl Default for Config {
     }
 }
 
-/// A configuration that cannot run.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file or environment did not parse.
-    #[error("reading configuration: {0}")]
-    Load(#[from] Box<figment::Error>),
-    /// A value is out of range.
-    #[error("configuration value {field}: {rule}")]
-    Invalid {
-        /// Which setting.
-        field: &'static str,
-        /// What it must be.
-        rule: String,
-    },
-}
+impl ServiceConfig for Config {
+    const ENV_PREFIX: &'static str = ENV_PREFIX;
 
-impl Config {
-    /// Defaults, overridden by `file` (if given) and then by the environment.
-    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
-        let mut figment = Figment::from(Serialized::defaults(Config::default()));
-        if let Some(file) = file {
-            if !file.exists() {
-                return Err(ConfigError::Invalid { field: "--config", rule: format!("{} does not exist", file.display()) });
-            }
-            figment = figment.merge(Toml::file(file));
-        }
-        let config: Config = figment.merge(Env::prefixed(ENV_PREFIX).split("__")).extract().map_err(Box::new)?;
-        config.validate()?;
-        Ok(config)
-    }
-
-    /// Checks values that parse but cannot work.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |field, rule: &str| Err(ConfigError::Invalid { field, rule: rule.into() });
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, rule: &str| Err(ConfigError::invalid(field, rule));
         if self.evm_chains.iter().any(|c| c.rpc_urls.is_empty()) {
-            return invalid("evm_chains.rpc_urls", "every chain needs at least one endpoint");
+            return invalid(
+                "evm_chains.rpc_urls",
+                "every chain needs at least one endpoint",
+            );
         }
         if self.confirmations == 0 {
             return invalid("confirmations", "must be at least 1");
@@ -118,7 +94,9 @@ impl Config {
         }
         Ok(())
     }
+}
 
+impl Config {
     /// Poll interval.
     pub fn poll(&self) -> Duration {
         Duration::from_millis(self.poll_ms)

@@ -26,7 +26,9 @@ pub async fn run(
     let store = Store::open(&config.store)?;
     let worker = Worker::new(&config, store)?;
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_service_status("", tonic_health::ServingStatus::Serving).await;
+    health
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
 
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let poll = config.poll();

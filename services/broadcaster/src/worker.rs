@@ -46,7 +46,12 @@ impl Worker {
         let timeout = Duration::from_millis(config.rpc_timeout_ms);
         let mut chains = HashMap::new();
         for chain in &config.evm_chains {
-            chains.insert(format!("eip155:{}", chain.chain_id), Chain { pool: RpcPool::new(&chain.rpc_urls, timeout)? });
+            chains.insert(
+                format!("eip155:{}", chain.chain_id),
+                Chain {
+                    pool: RpcPool::new(&chain.rpc_urls, timeout)?,
+                },
+            );
         }
         let channel = tonic::transport::Endpoint::from_shared(config.signer_url.clone())?
             .timeout(Duration::from_secs(30))
@@ -57,7 +62,8 @@ impl Worker {
             chains: Arc::new(chains),
             confirmations: config.confirmations,
             rebroadcast: Duration::from_millis(config.rebroadcast_ms),
-            fee_bump_after: (config.fee_bump_after_ms > 0).then(|| Duration::from_millis(config.fee_bump_after_ms)),
+            fee_bump_after: (config.fee_bump_after_ms > 0)
+                .then(|| Duration::from_millis(config.fee_bump_after_ms)),
             concurrency: config.concurrency,
         })
     }
@@ -72,7 +78,10 @@ impl Worker {
         // Sends of one account go out in nonce order; accounts proceed side by side.
         let mut by_account: BTreeMap<(String, String), Vec<pb::Operation>> = BTreeMap::new();
         for op in self.in_state(pb::OperationState::Signed).await? {
-            by_account.entry((op.chain.clone(), op.account.clone())).or_default().push(op);
+            by_account
+                .entry((op.chain.clone(), op.account.clone()))
+                .or_default()
+                .push(op);
         }
         futures::stream::iter(by_account.into_values())
             .for_each_concurrent(self.concurrency, |mut ops| async move {
@@ -92,17 +101,28 @@ impl Worker {
 
     async fn in_state(&self, state: pb::OperationState) -> anyhow::Result<Vec<pb::Operation>> {
         let root = self.store.root().clone();
-        let filter = ListFilter { state: Some(state), ..Default::default() };
+        let filter = ListFilter {
+            state: Some(state),
+            ..Default::default()
+        };
         let page = self
             .store
             .read_async(move |tx| operations::list(tx, &root, &filter, None, BATCH))
             .await?
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        Ok(page.operations.into_iter().filter(|op| self.chains.contains_key(&op.chain)).collect())
+        Ok(page
+            .operations
+            .into_iter()
+            .filter(|op| self.chains.contains_key(&op.chain))
+            .collect())
     }
 
     async fn sign(&self, op: pb::Operation) {
-        let request = SignOperationRequest { op_id: op.op_id.clone(), purpose: SignPurpose::Initial.into(), replaces_attempt: 0 };
+        let request = SignOperationRequest {
+            op_id: op.op_id.clone(),
+            purpose: SignPurpose::Initial.into(),
+            replaces_attempt: 0,
+        };
         match self.signer.clone().sign_operation(request).await {
             Ok(_) => {}
             Err(status) if status.code() == tonic::Code::PermissionDenied => {
@@ -111,18 +131,25 @@ impl Worker {
                 tracing::warn!(op.id = %op.op_id, %reason, "signer refused the operation; rejecting it");
                 self.update(&op.op_id, OperationState::Received, move |op| {
                     op.set_state(state_to_proto(OperationState::Rejected));
-                    op.error = Some(pb::OperationError { reason: "SIGNER_REFUSED".into(), message: reason.clone() });
+                    op.error = Some(pb::OperationError {
+                        reason: "SIGNER_REFUSED".into(),
+                        message: reason.clone(),
+                    });
                 })
                 .await;
             }
-            Err(status) => tracing::warn!(op.id = %op.op_id, code = ?status.code(), message = status.message(), "signing failed; will retry"),
+            Err(status) => {
+                tracing::warn!(op.id = %op.op_id, code = ?status.code(), message = status.message(), "signing failed; will retry")
+            }
         }
     }
 
     /// SIGNED → SENT: record the attempt, then send it. A cancel asked for before the first
     /// send takes the nonce with a cancel replacement instead: the nonce must be used.
     async fn first_send(&self, op: pb::Operation) {
-        let Some(mut attempt) = op.attempts.last().map(|a| a.number) else { return };
+        let Some(mut attempt) = op.attempts.last().map(|a| a.number) else {
+            return;
+        };
         if op.cancel_requested && !has_self_transfer(&op) {
             match self.replace(&op, SignPurpose::Cancel, attempt).await {
                 Some(number) => attempt = number,
@@ -147,7 +174,11 @@ impl Worker {
     /// Asks the signer for a replacement of attempt `last` at the same nonce; returns the
     /// number of the operation's newest attempt afterwards.
     async fn replace(&self, op: &pb::Operation, purpose: SignPurpose, last: u32) -> Option<u32> {
-        let request = SignOperationRequest { op_id: op.op_id.clone(), purpose: purpose.into(), replaces_attempt: last };
+        let request = SignOperationRequest {
+            op_id: op.op_id.clone(),
+            purpose: purpose.into(),
+            replaces_attempt: last,
+        };
         match self.signer.clone().sign_operation(request).await {
             Ok(response) => Some(response.into_inner().attempt),
             Err(status) => {
@@ -159,10 +190,16 @@ impl Worker {
 
     /// Sends an attempt's stored bytes to one endpoint and records the outcome.
     async fn send(&self, op: &pb::Operation, attempt: u32) {
-        let Some(chain) = self.chains.get(&op.chain) else { return };
+        let Some(chain) = self.chains.get(&op.chain) else {
+            return;
+        };
         let root = self.store.root().clone();
         let id = op.op_id.clone();
-        let raw = match self.store.read_async(move |tx| accounts::payload(tx, &root, &id, attempt)).await {
+        let raw = match self
+            .store
+            .read_async(move |tx| accounts::payload(tx, &root, &id, attempt))
+            .await
+        {
             Ok(Some(raw)) => raw,
             Ok(None) => {
                 tracing::error!(op.id = %op.op_id, attempt, "signed payload missing from the store");
@@ -180,11 +217,17 @@ impl Worker {
                 SendClass::AlreadyKnown => (pb::AttemptOutcome::Accepted, None),
                 SendClass::Rejected => (
                     pb::AttemptOutcome::Rejected,
-                    Some(pb::OperationError { reason: SEND_REJECTED.into(), message: e.to_string() }),
+                    Some(pb::OperationError {
+                        reason: SEND_REJECTED.into(),
+                        message: e.to_string(),
+                    }),
                 ),
                 SendClass::Underpriced => (
                     pb::AttemptOutcome::Rejected,
-                    Some(pb::OperationError { reason: UNDERPRICED.into(), message: e.to_string() }),
+                    Some(pb::OperationError {
+                        reason: UNDERPRICED.into(),
+                        message: e.to_string(),
+                    }),
                 ),
                 SendClass::NonceUsed | SendClass::Unknown => (pb::AttemptOutcome::Unknown, None),
             },
@@ -200,7 +243,10 @@ impl Worker {
             }
             // A self-transfer's acceptance says nothing about why the operation's own
             // transaction was refused: keep that reason as the evidence.
-            let self_transfer = op.attempts.iter().any(|a| a.number == attempt && (a.reason == CANCEL || a.reason == GAP_FILL));
+            let self_transfer = op
+                .attempts
+                .iter()
+                .any(|a| a.number == attempt && (a.reason == CANCEL || a.reason == GAP_FILL));
             if error.is_some() || !self_transfer {
                 op.error = error.clone();
             }
@@ -210,26 +256,46 @@ impl Worker {
 
     /// SENT: confirm from a receipt, reject on proof that no attempt can land, or resend.
     async fn check(&self, op: pb::Operation) {
-        let Some(chain) = self.chains.get(&op.chain) else { return };
+        let Some(chain) = self.chains.get(&op.chain) else {
+            return;
+        };
         let Some(nonce) = evm_nonce(&op) else { return };
-        let hashes: Vec<B256> = op.attempts.iter().filter_map(|a| a.tx_id.parse().ok()).collect();
+        let hashes: Vec<B256> = op
+            .attempts
+            .iter()
+            .filter_map(|a| a.tx_id.parse().ok())
+            .collect();
         for hash in &hashes {
             match chain.pool.receipt(*hash).await {
                 Ok(Some(receipt)) => return self.confirm_if_deep(&op, chain, receipt).await,
                 Ok(None) => {}
-                Err(error) => return tracing::debug!(op.id = %op.op_id, %error, "receipt read failed"),
+                Err(error) => {
+                    return tracing::debug!(op.id = %op.op_id, %error, "receipt read failed");
+                }
             }
         }
-        let Ok(account) = op.account.parse::<Address>() else { return };
+        let Ok(account) = op.account.parse::<Address>() else {
+            return;
+        };
         match chain.pool.nonce(account).await {
-            Ok(chain_nonce) if chain_nonce > nonce => self.prove_rejected(&op, chain, account, nonce, &hashes).await,
+            Ok(chain_nonce) if chain_nonce > nonce => {
+                self.prove_rejected(&op, chain, account, nonce, &hashes)
+                    .await
+            }
             Ok(_) => self.replace_or_rebroadcast(&op).await,
             Err(error) => tracing::debug!(op.id = %op.op_id, %error, "nonce read failed"),
         }
     }
 
-    async fn confirm_if_deep(&self, op: &pb::Operation, chain: &Chain, receipt: sigcast_evm::Receipt) {
-        let Ok(head) = chain.pool.block_number().await else { return };
+    async fn confirm_if_deep(
+        &self,
+        op: &pb::Operation,
+        chain: &Chain,
+        receipt: sigcast_evm::Receipt,
+    ) {
+        let Ok(head) = chain.pool.block_number().await else {
+            return;
+        };
         if head + 1 < receipt.block_number + self.confirmations {
             return;
         }
@@ -237,12 +303,22 @@ impl Worker {
             tx_id: receipt.tx_hash.to_string(),
             block_number: receipt.block_number,
             block_hash: receipt.block_hash.clone(),
-            execution_status: if receipt.success { pb::ExecutionStatus::Success } else { pb::ExecutionStatus::Failed }.into(),
+            execution_status: if receipt.success {
+                pb::ExecutionStatus::Success
+            } else {
+                pb::ExecutionStatus::Failed
+            }
+            .into(),
         };
         // The cancel replacement landing is what makes an operation CANCELLED; any other of its
         // transactions landing makes it CONFIRMED, cancel requested or not.
         let hash = receipt.tx_hash.to_string();
-        let landed = op.attempts.iter().find(|a| a.tx_id == hash).map(|a| a.reason.as_str()).unwrap_or_default();
+        let landed = op
+            .attempts
+            .iter()
+            .find(|a| a.tx_id == hash)
+            .map(|a| a.reason.as_str())
+            .unwrap_or_default();
         let (state, error) = match landed {
             CANCEL => (OperationState::Cancelled, None),
             // The node refused the operation's own transaction; the fill took its nonce, so it
@@ -254,7 +330,9 @@ impl Worker {
                     message: format!(
                         "the node refused the operation's transaction ({}); its nonce was filled by the \
                          zero-value self-transfer {hash} in block {}, so it can never apply",
-                        op.error.as_ref().map_or("no reason recorded", |e| e.message.as_str()),
+                        op.error
+                            .as_ref()
+                            .map_or("no reason recorded", |e| e.message.as_str()),
                         receipt.block_number
                     ),
                 }),
@@ -275,16 +353,30 @@ impl Worker {
 
     /// The account nonce moved past ours. REJECTED only on evidence from one endpoint: its
     /// nonce is past ours and, at that same view or later, none of our hashes has a receipt.
-    async fn prove_rejected(&self, op: &pb::Operation, chain: &Chain, account: Address, nonce: u64, hashes: &[B256]) {
+    async fn prove_rejected(
+        &self,
+        op: &pb::Operation,
+        chain: &Chain,
+        account: Address,
+        nonce: u64,
+        hashes: &[B256],
+    ) {
         for url in chain.pool.urls() {
             let Ok(value) = chain
                 .pool
-                .read_from(url, "eth_getTransactionCount", serde_json::json!([account.to_string(), "latest"]))
+                .read_from(
+                    url,
+                    "eth_getTransactionCount",
+                    serde_json::json!([account.to_string(), "latest"]),
+                )
                 .await
             else {
                 continue;
             };
-            let Some(seen) = value.as_str().and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok()) else {
+            let Some(seen) = value
+                .as_str()
+                .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+            else {
                 continue;
             };
             if seen <= nonce {
@@ -292,7 +384,15 @@ impl Worker {
             }
             let mut all_absent = true;
             for hash in hashes {
-                match chain.pool.read_from(url, "eth_getTransactionReceipt", serde_json::json!([hash.to_string()])).await {
+                match chain
+                    .pool
+                    .read_from(
+                        url,
+                        "eth_getTransactionReceipt",
+                        serde_json::json!([hash.to_string()]),
+                    )
+                    .await
+                {
                     Ok(value) if value.is_null() => {}
                     _ => all_absent = false,
                 }
@@ -307,7 +407,10 @@ impl Worker {
             tracing::warn!(op.id = %op.op_id, %evidence, "operation rejected");
             self.update(&op.op_id, OperationState::Sent, move |op| {
                 op.set_state(state_to_proto(OperationState::Rejected));
-                op.error = Some(pb::OperationError { reason: "NONCE_CONSUMED_EXTERNALLY".into(), message: evidence.clone() });
+                op.error = Some(pb::OperationError {
+                    reason: "NONCE_CONSUMED_EXTERNALLY".into(),
+                    message: evidence.clone(),
+                });
             })
             .await;
             return;
@@ -317,19 +420,35 @@ impl Worker {
     /// Nothing of the operation is included and its nonce is free: sign a cancel if one was
     /// asked for, a fee bump if the last attempt waited too long, else resend its same bytes.
     async fn replace_or_rebroadcast(&self, op: &pb::Operation) {
-        let Some(last) = op.attempts.last() else { return };
-        let first_sent = last.send_time.as_ref().and_then(|t| SystemTime::try_from(*t).ok());
-        let last_sent = last.outcome_time.as_ref().and_then(|t| SystemTime::try_from(*t).ok()).or(first_sent);
-        let waited = |since: Option<SystemTime>, limit: Duration| since.is_none_or(|t| t.elapsed().unwrap_or_default() >= limit);
+        let Some(last) = op.attempts.last() else {
+            return;
+        };
+        let first_sent = last
+            .send_time
+            .as_ref()
+            .and_then(|t| SystemTime::try_from(*t).ok());
+        let last_sent = last
+            .outcome_time
+            .as_ref()
+            .and_then(|t| SystemTime::try_from(*t).ok())
+            .or(first_sent);
+        let waited = |since: Option<SystemTime>, limit: Duration| {
+            since.is_none_or(|t| t.elapsed().unwrap_or_default() >= limit)
+        };
         let refused = last.outcome() == pb::AttemptOutcome::Rejected;
-        let refused_for = |reason: &str| refused && op.error.as_ref().is_some_and(|e| e.reason == reason);
+        let refused_for =
+            |reason: &str| refused && op.error.as_ref().is_some_and(|e| e.reason == reason);
         let purpose = if has_self_transfer(op) {
             None // a cancel or gap fill is final: only resent
         } else if op.cancel_requested {
             Some(SignPurpose::Cancel)
         } else if refused_for(SEND_REJECTED) {
             Some(SignPurpose::GapFill)
-        } else if refused_for(UNDERPRICED) || self.fee_bump_after.is_some_and(|after| waited(first_sent, after)) {
+        } else if refused_for(UNDERPRICED)
+            || self
+                .fee_bump_after
+                .is_some_and(|after| waited(first_sent, after))
+        {
             Some(SignPurpose::FeeBump)
         } else {
             None
@@ -373,7 +492,9 @@ impl Worker {
         let result = self
             .store
             .run_async(move |tx| {
-                let Some(stored) = operations::get(tx, &root, &id)? else { return Ok(None) };
+                let Some(stored) = operations::get(tx, &root, &id)? else {
+                    return Ok(None);
+                };
                 if stored.state() != state_to_proto(expected) {
                     return Ok(None);
                 }
@@ -401,7 +522,9 @@ const SEND_REJECTED: &str = "SEND_REJECTED";
 const UNDERPRICED: &str = "UNDERPRICED";
 
 fn has_self_transfer(op: &pb::Operation) -> bool {
-    op.attempts.iter().any(|a| a.reason == CANCEL || a.reason == GAP_FILL)
+    op.attempts
+        .iter()
+        .any(|a| a.reason == CANCEL || a.reason == GAP_FILL)
 }
 
 fn evm_nonce(op: &pb::Operation) -> Option<u64> {

@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use sigcast_domain::{derive_op_id, Chain, EvmAddress, Lamports, OpId, SolanaPubkey, Wei};
+use sigcast_domain::{Chain, EvmAddress, Lamports, OpId, SolanaPubkey, Wei, derive_op_id};
 
 /// sigcast operator tools.
 #[derive(Debug, Parser)]
@@ -43,9 +43,13 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let result = match Args::parse().command {
-        Command::DeriveOpId { chain, from, to, amount, reference } => {
-            op_id_for(&chain, &from, &to, &amount, &reference).map(|op_id| println!("{op_id}"))
-        }
+        Command::DeriveOpId {
+            chain,
+            from,
+            to,
+            amount,
+            reference,
+        } => op_id_for(&chain, &from, &to, &amount, &reference).map(|op_id| println!("{op_id}")),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -58,20 +62,40 @@ fn main() -> std::process::ExitCode {
 
 /// Normalizes the payment's fields for its chain and derives the op_id.
 fn op_id_for(chain: &str, from: &str, to: &str, amount: &str, reference: &str) -> Result<OpId> {
-    let chain = Chain::parse(chain).map_err(anyhow::Error::msg).context("--chain")?;
+    let chain = Chain::parse(chain)
+        .map_err(anyhow::Error::msg)
+        .context("--chain")?;
     if reference.is_empty() {
         anyhow::bail!("--reference: must not be empty: it is what tells two equal payments apart");
     }
     let (from, to, amount) = match &chain {
         Chain::Evm { .. } => (
-            EvmAddress::parse(from).map_err(anyhow::Error::msg).context("--from")?.to_string(),
-            EvmAddress::parse(to).map_err(anyhow::Error::msg).context("--to")?.to_string(),
-            Wei::parse(amount).map_err(anyhow::Error::msg).context("--amount")?.to_string(),
+            EvmAddress::parse(from)
+                .map_err(anyhow::Error::msg)
+                .context("--from")?
+                .to_string(),
+            EvmAddress::parse(to)
+                .map_err(anyhow::Error::msg)
+                .context("--to")?
+                .to_string(),
+            Wei::parse(amount)
+                .map_err(anyhow::Error::msg)
+                .context("--amount")?
+                .to_string(),
         ),
         Chain::Solana { .. } => (
-            SolanaPubkey::parse(from).map_err(anyhow::Error::msg).context("--from")?.to_string(),
-            SolanaPubkey::parse(to).map_err(anyhow::Error::msg).context("--to")?.to_string(),
-            Lamports::parse(amount).map_err(anyhow::Error::msg).context("--amount")?.to_string(),
+            SolanaPubkey::parse(from)
+                .map_err(anyhow::Error::msg)
+                .context("--from")?
+                .to_string(),
+            SolanaPubkey::parse(to)
+                .map_err(anyhow::Error::msg)
+                .context("--to")?
+                .to_string(),
+            Lamports::parse(amount)
+                .map_err(anyhow::Error::msg)
+                .context("--amount")?
+                .to_string(),
         ),
     };
     Ok(derive_op_id(&chain, &from, &to, &amount, reference))
@@ -87,7 +111,10 @@ mod tests {
     #[test]
     fn spelling_does_not_change_the_op_id() {
         let id = op_id_for("eip155:1", A, B, "100", "inv-7").unwrap();
-        assert_eq!(op_id_for("eip155:1", &A.to_lowercase(), B, "0100", "inv-7").unwrap(), id);
+        assert_eq!(
+            op_id_for("eip155:1", &A.to_lowercase(), B, "0100", "inv-7").unwrap(),
+            id
+        );
         assert_ne!(op_id_for("eip155:1", A, B, "100", "inv-8").unwrap(), id);
         assert_ne!(op_id_for("eip155:10", A, B, "100", "inv-7").unwrap(), id);
     }
@@ -96,7 +123,14 @@ mod tests {
     fn bad_input_names_the_flag() {
         let err = op_id_for("eip155:1", "0x12", B, "1", "r").unwrap_err();
         assert!(format!("{err:#}").starts_with("--from"), "{err:#}");
-        let err = op_id_for("solana:localnet", "11111111111111111111111111111111", "11111111111111111111111111111111", "-1", "r").unwrap_err();
+        let err = op_id_for(
+            "solana:localnet",
+            "11111111111111111111111111111111",
+            "11111111111111111111111111111111",
+            "-1",
+            "r",
+        )
+        .unwrap_err();
         assert!(format!("{err:#}").starts_with("--amount"), "{err:#}");
         assert!(op_id_for("btc:1", A, B, "1", "r").is_err());
         assert!(op_id_for("eip155:1", A, B, "1", "").is_err());

@@ -1,15 +1,14 @@
 //! Gateway configuration: defaults, then a TOML file, then `SIGCAST_GATEWAY__*` environment
 //! variables (`__` separates levels: `SIGCAST_GATEWAY__STORE__PATH=/data/sigcast.db`).
 
-use figment::Figment;
-use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use sigcast_domain::IntentRules;
 use sigcast_store::StoreConfig;
 use sigcast_telemetry::LogConfig;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
+
+pub use sigcast_runtime::{ConfigError, ServiceConfig};
 
 /// Prefix of the environment variables that override the file.
 pub const ENV_PREFIX: &str = "SIGCAST_GATEWAY__";
@@ -77,55 +76,32 @@ impl Default for ChainsConfig {
 
 impl Default for LimitsConfig {
     fn default() -> Self {
-        Self { max_request_bytes: 1024 * 1024, max_evm_call_data_bytes: IntentRules::default().max_evm_call_data }
-    }
-}
-
-/// A configuration that cannot run.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file or environment did not parse.
-    #[error("reading configuration: {0}")]
-    Load(#[from] Box<figment::Error>),
-    /// A value is out of range.
-    #[error("configuration value {field}: {rule}")]
-    Invalid {
-        /// Which setting.
-        field: &'static str,
-        /// What it must be.
-        rule: String,
-    },
-}
-
-impl Config {
-    /// Defaults, overridden by `file` (if given) and then by the environment.
-    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
-        let mut figment = Figment::from(Serialized::defaults(Config::default()));
-        if let Some(file) = file {
-            if !file.exists() {
-                return Err(ConfigError::Invalid {
-                    field: "--config",
-                    rule: format!("file {} does not exist", file.display()),
-                });
-            }
-            figment = figment.merge(Toml::file(file));
+        Self {
+            max_request_bytes: 1024 * 1024,
+            max_evm_call_data_bytes: IntentRules::default().max_evm_call_data,
         }
-        let config: Config = figment.merge(Env::prefixed(ENV_PREFIX).split("__")).extract().map_err(Box::new)?;
-        config.validate()?;
-        Ok(config)
     }
+}
 
-    /// Checks values that parse but cannot work.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |field, rule: &str| Err(ConfigError::Invalid { field, rule: rule.to_owned() });
+impl ServiceConfig for Config {
+    const ENV_PREFIX: &'static str = ENV_PREFIX;
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, rule: &str| Err(ConfigError::invalid(field, rule));
         if self.chains.evm_chain_ids.is_empty() && self.chains.solana_clusters.is_empty() {
-            return invalid("chains", "at least one EVM chain id or Solana cluster is required");
+            return invalid(
+                "chains",
+                "at least one EVM chain id or Solana cluster is required",
+            );
         }
         if self.limits.max_request_bytes < 4096 {
             return invalid("limits.max_request_bytes", "must be at least 4096");
         }
         if self.limits.max_evm_call_data_bytes >= self.limits.max_request_bytes {
-            return invalid("limits.max_evm_call_data_bytes", "must be below limits.max_request_bytes");
+            return invalid(
+                "limits.max_evm_call_data_bytes",
+                "must be below limits.max_request_bytes",
+            );
         }
         if !(10..=60_000).contains(&self.watch_poll_ms) {
             return invalid("watch_poll_ms", "must be 10 to 60000");
@@ -135,7 +111,9 @@ impl Config {
         }
         Ok(())
     }
+}
 
+impl Config {
     /// The intent rules this configuration implies.
     pub fn intent_rules(&self) -> IntentRules {
         IntentRules {
@@ -156,6 +134,7 @@ impl Config {
 #[allow(clippy::result_large_err)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn the_defaults_are_valid() {

@@ -66,7 +66,11 @@ impl From<Error> for Status {
                 );
                 Status::with_error_details(Code::InvalidArgument, message, details)
             }
-            Error::OpIdConflict { op_id, stored, submitted } => {
+            Error::OpIdConflict {
+                op_id,
+                stored,
+                submitted,
+            } => {
                 let metadata = HashMap::from([
                     ("op_id".to_owned(), op_id),
                     ("stored_fingerprint".to_owned(), stored),
@@ -77,7 +81,8 @@ impl From<Error> for Status {
             }
             Error::NotFound(_) => Status::not_found(message),
             Error::FailedPrecondition { op_id, state, .. } => {
-                let details = ErrorDetails::with_precondition_failure_violation("STATE", op_id, state);
+                let details =
+                    ErrorDetails::with_precondition_failure_violation("STATE", op_id, state);
                 Status::with_error_details(Code::FailedPrecondition, message, details)
             }
             Error::Store(store_error) => store_status(store_error),
@@ -91,7 +96,9 @@ fn store_status(error: sigcast_store::Error) -> Status {
         // Data this version cannot read is not something a retry fixes.
         E::Corrupt { .. } => {
             tracing::error!(%error, "store holds an unreadable record");
-            Status::internal(format!("the store holds a record this version cannot read: {error}"))
+            Status::internal(format!(
+                "the store holds a record this version cannot read: {error}"
+            ))
         }
         _ => {
             tracing::warn!(%error, "store unavailable");

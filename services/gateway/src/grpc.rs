@@ -3,7 +3,9 @@
 use crate::error::{Error, Result, state_name};
 use sigcast_domain::{Chain, EvmAddress, IntentRules, SolanaPubkey};
 use sigcast_proto::sigcast::v1::operation_service_server::OperationService;
-use sigcast_proto::{FieldViolation, intent_from_proto, intent_to_proto, parse_op_id, pb, state_to_proto};
+use sigcast_proto::{
+    FieldViolation, intent_from_proto, intent_to_proto, parse_op_id, pb, state_to_proto,
+};
 use sigcast_store::Store;
 use sigcast_store::operations::{self, CancelOutcome, ListFilter, SubmitOutcome};
 use std::pin::Pin;
@@ -29,11 +31,24 @@ pub struct Gateway {
 impl Gateway {
     /// A gateway over `store`, accepting intents within `rules`. Watch streams re-read their
     /// operation every `watch_poll` and end when `shutdown` turns true.
-    pub fn new(store: Store, rules: IntentRules, watch_poll: Duration, shutdown: watch::Receiver<bool>) -> Self {
-        Self { store, rules, watch_poll, shutdown }
+    pub fn new(
+        store: Store,
+        rules: IntentRules,
+        watch_poll: Duration,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            store,
+            rules,
+            watch_poll,
+            shutdown,
+        }
     }
 
-    async fn submit(&self, request: pb::SubmitOperationRequest) -> Result<pb::SubmitOperationResponse> {
+    async fn submit(
+        &self,
+        request: pb::SubmitOperationRequest,
+    ) -> Result<pb::SubmitOperationResponse> {
         let op_id = parse_op_id("op_id", &request.op_id);
         let intent = intent_from_proto("intent", request.intent.as_ref(), &self.rules);
         let (op_id, intent) = match (op_id, intent) {
@@ -50,7 +65,10 @@ impl Gateway {
         // A replay is answered from one snapshot read, without taking the write lock.
         let lookup_id = op_id.to_string();
         let lookup_root = root.clone();
-        let existing = self.store.read_async(move |tx| operations::get(tx, &lookup_root, &lookup_id)).await?;
+        let existing = self
+            .store
+            .read_async(move |tx| operations::get(tx, &lookup_root, &lookup_id))
+            .await?;
         let outcome = match existing {
             Some(stored) => operations::classify_submit(stored, &fingerprint),
             None => {
@@ -64,17 +82,25 @@ impl Gateway {
                     ..Default::default()
                 };
                 let now = SystemTime::now();
-                self.store.run_async(move |tx| operations::submit(tx, &root, new.clone(), now)).await?
+                self.store
+                    .run_async(move |tx| operations::submit(tx, &root, new.clone(), now))
+                    .await?
             }
         };
         match outcome {
             SubmitOutcome::Created(operation) => {
                 tracing::info!(op.id = %op_id, chain = %operation.chain, account = %operation.account, "operation received");
-                Ok(pb::SubmitOperationResponse { operation: Some(operation), replayed: false })
+                Ok(pb::SubmitOperationResponse {
+                    operation: Some(operation),
+                    replayed: false,
+                })
             }
             SubmitOutcome::Replayed(operation) => {
                 tracing::debug!(op.id = %op_id, "replayed submit");
-                Ok(pb::SubmitOperationResponse { operation: Some(operation), replayed: true })
+                Ok(pb::SubmitOperationResponse {
+                    operation: Some(operation),
+                    replayed: true,
+                })
             }
             SubmitOutcome::Conflict(stored) => {
                 tracing::info!(op.id = %op_id, "op_id conflict refused");
@@ -88,7 +114,9 @@ impl Gateway {
     }
 
     async fn get(&self, op_id: &str) -> Result<pb::Operation> {
-        let op_id = parse_op_id("op_id", op_id).map_err(Error::invalid)?.to_string();
+        let op_id = parse_op_id("op_id", op_id)
+            .map_err(Error::invalid)?
+            .to_string();
         let root = self.store.root().clone();
         let id = op_id.clone();
         self.store
@@ -100,11 +128,16 @@ impl Gateway {
     async fn list(&self, request: pb::ListOperationsRequest) -> Result<pb::ListOperationsResponse> {
         let mut violations = Vec::new();
         let mut violation = |field: &str, rule: String| {
-            violations.push(FieldViolation { field: field.into(), rule: sigcast_domain::Rule(rule) })
+            violations.push(FieldViolation {
+                field: field.into(),
+                rule: sigcast_domain::Rule(rule),
+            })
         };
         let chain = match request.chain.as_str() {
             "" => None,
-            text => Chain::parse(text).map_err(|rule| violation("chain", rule.0)).ok(),
+            text => Chain::parse(text)
+                .map_err(|rule| violation("chain", rule.0))
+                .ok(),
         };
         let account = match (request.account.as_str(), &chain) {
             ("", _) => None,
@@ -113,12 +146,14 @@ impl Gateway {
                 None
             }
             (_, None) => None,
-            (text, Some(Chain::Evm { .. })) => {
-                EvmAddress::parse(text).map(|a| a.to_string()).map_err(|rule| violation("account", rule.0)).ok()
-            }
-            (text, Some(Chain::Solana { .. })) => {
-                SolanaPubkey::parse(text).map(|a| a.to_string()).map_err(|rule| violation("account", rule.0)).ok()
-            }
+            (text, Some(Chain::Evm { .. })) => EvmAddress::parse(text)
+                .map(|a| a.to_string())
+                .map_err(|rule| violation("account", rule.0))
+                .ok(),
+            (text, Some(Chain::Solana { .. })) => SolanaPubkey::parse(text)
+                .map(|a| a.to_string())
+                .map_err(|rule| violation("account", rule.0))
+                .ok(),
         };
         let state = match pb::OperationState::try_from(request.state) {
             Ok(pb::OperationState::Unspecified) => None,
@@ -132,7 +167,10 @@ impl Gateway {
             0 => DEFAULT_PAGE_SIZE,
             n if n <= MAX_PAGE_SIZE => n,
             n => {
-                violation("page_size", format!("must be at most {MAX_PAGE_SIZE} (got {n})"));
+                violation(
+                    "page_size",
+                    format!("must be at most {MAX_PAGE_SIZE} (got {n})"),
+                );
                 0
             }
         };
@@ -145,14 +183,23 @@ impl Gateway {
         if !violations.is_empty() {
             return Err(Error::InvalidArgument(violations));
         }
-        let filter = ListFilter { chain: chain.map(|c| c.to_string()), account, state };
+        let filter = ListFilter {
+            chain: chain.map(|c| c.to_string()),
+            account,
+            state,
+        };
         let root = self.store.root().clone();
         let page = self
             .store
-            .read_async(move |tx| operations::list(tx, &root, &filter, cursor.as_deref(), page_size as usize))
+            .read_async(move |tx| {
+                operations::list(tx, &root, &filter, cursor.as_deref(), page_size as usize)
+            })
             .await?
             .map_err(|bad| {
-                Error::invalid(FieldViolation { field: "page_token".into(), rule: sigcast_domain::Rule(bad.to_string()) })
+                Error::invalid(FieldViolation {
+                    field: "page_token".into(),
+                    rule: sigcast_domain::Rule(bad.to_string()),
+                })
             })?;
         Ok(pb::ListOperationsResponse {
             operations: page.operations,
@@ -161,11 +208,17 @@ impl Gateway {
     }
 
     async fn cancel(&self, op_id: &str) -> Result<pb::Operation> {
-        let op_id = parse_op_id("op_id", op_id).map_err(Error::invalid)?.to_string();
+        let op_id = parse_op_id("op_id", op_id)
+            .map_err(Error::invalid)?
+            .to_string();
         let root = self.store.root().clone();
         let id = op_id.clone();
         let now = SystemTime::now();
-        match self.store.run_async(move |tx| operations::cancel(tx, &root, &id, now)).await? {
+        match self
+            .store
+            .run_async(move |tx| operations::cancel(tx, &root, &id, now))
+            .await?
+        {
             CancelOutcome::NotFound => Err(Error::NotFound(op_id)),
             CancelOutcome::Cancelled(op) => {
                 tracing::info!(op.id = %op_id, "operation cancelled before signing");
@@ -200,7 +253,9 @@ impl OperationService for Gateway {
         request: Request<pb::GetOperationRequest>,
     ) -> Result<Response<pb::GetOperationResponse>, Status> {
         let operation = self.get(&request.get_ref().op_id).await?;
-        Ok(Response::new(pb::GetOperationResponse { operation: Some(operation) }))
+        Ok(Response::new(pb::GetOperationResponse {
+            operation: Some(operation),
+        }))
     }
 
     type WatchOperationStream = WatchStream;
@@ -213,7 +268,9 @@ impl OperationService for Gateway {
         let (sender, receiver) = tokio::sync::mpsc::channel(4);
         let gateway = self.clone();
         tokio::spawn(async move { gateway.follow(first, sender).await });
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver))))
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(receiver),
+        )))
     }
 
     async fn list_operations(
@@ -228,7 +285,9 @@ impl OperationService for Gateway {
         request: Request<pb::CancelOperationRequest>,
     ) -> Result<Response<pb::CancelOperationResponse>, Status> {
         let operation = self.cancel(&request.get_ref().op_id).await?;
-        Ok(Response::new(pb::CancelOperationResponse { operation: Some(operation) }))
+        Ok(Response::new(pb::CancelOperationResponse {
+            operation: Some(operation),
+        }))
     }
 }
 
@@ -243,9 +302,17 @@ impl Gateway {
     ) {
         let mut shutdown = self.shutdown.clone();
         loop {
-            let terminal = sigcast_proto::state_from_proto(op.state()).is_none_or(|s| s.is_terminal());
+            let terminal =
+                sigcast_proto::state_from_proto(op.state()).is_none_or(|s| s.is_terminal());
             let revision = op.revision;
-            if sender.send(Ok(pb::WatchOperationResponse { operation: Some(op.clone()) })).await.is_err() || terminal {
+            if sender
+                .send(Ok(pb::WatchOperationResponse {
+                    operation: Some(op.clone()),
+                }))
+                .await
+                .is_err()
+                || terminal
+            {
                 return;
             }
             loop {
@@ -255,7 +322,11 @@ impl Gateway {
                     stop = shutdown.wait_for(|stop| *stop) => stop.is_ok(),
                 };
                 if stopping {
-                    let _ = sender.send(Err(Status::unavailable("the gateway is shutting down; watch again"))).await;
+                    let _ = sender
+                        .send(Err(Status::unavailable(
+                            "the gateway is shutting down; watch again",
+                        )))
+                        .await;
                     return;
                 }
                 match self.get(&op.op_id).await {

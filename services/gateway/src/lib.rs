@@ -37,10 +37,17 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let store = Store::open(&config.store)?;
     let (stop_watches, watches_stopped) = tokio::sync::watch::channel(false);
-    let gateway = Gateway::new(store, config.intent_rules(), config.watch_poll(), watches_stopped);
+    let gateway = Gateway::new(
+        store,
+        config.intent_rules(),
+        config.watch_poll(),
+        watches_stopped,
+    );
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<OperationServiceServer<Gateway>>().await;
+    health
+        .set_serving::<OperationServiceServer<Gateway>>()
+        .await;
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
     let operations = OperationServiceServer::new(gateway)
@@ -51,7 +58,9 @@ pub async fn run(
     let shutdown = async move {
         shutdown.await;
         tracing::info!("shutting down: refusing new calls, ending watches");
-        health_on_stop.set_not_serving::<OperationServiceServer<Gateway>>().await;
+        health_on_stop
+            .set_not_serving::<OperationServiceServer<Gateway>>()
+            .await;
         let _ = stop_watches.send(true);
     };
     tonic::transport::Server::builder()

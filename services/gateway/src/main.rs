@@ -3,6 +3,7 @@
 use anyhow::Context;
 use clap::Parser;
 use sigcast_gateway::Config;
+use sigcast_runtime::ServiceConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -29,14 +30,7 @@ struct Args {
 }
 
 fn main() -> std::process::ExitCode {
-    // One line with the whole cause chain; no backtrace for a configuration mistake.
-    match tokio::runtime::Runtime::new().map_err(anyhow::Error::from).and_then(|rt| rt.block_on(serve())) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    sigcast_runtime::main(serve())
 }
 
 async fn serve() -> anyhow::Result<()> {
@@ -56,25 +50,5 @@ async fn serve() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
-    sigcast_gateway::run(config, listener, shutdown_signal()).await
-}
-
-/// Completes on SIGTERM (how Kubernetes and process managers stop us) or Ctrl-C.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = ctrl_c => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(error) => {
-            tracing::warn!(%error, "no SIGTERM handler; stopping on Ctrl-C only");
-            let _ = ctrl_c.await;
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    sigcast_gateway::run(config, listener, sigcast_runtime::shutdown_signal()).await
 }

@@ -1,13 +1,13 @@
 //! Signer configuration: defaults, then a TOML file, then `SIGCAST_SIGNER__*` environment
 //! variables (`__` separates levels).
 
-use figment::Figment;
-use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use sigcast_store::StoreConfig;
 use sigcast_telemetry::LogConfig;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+pub use sigcast_runtime::{ConfigError, ServiceConfig};
 
 /// Prefix of the environment variables that override the file.
 pub const ENV_PREFIX: &str = "SIGCAST_SIGNER__";
@@ -77,49 +77,20 @@ impl Default for Config {
     }
 }
 
-/// A configuration that cannot run.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file or environment did not parse.
-    #[error("reading configuration: {0}")]
-    Load(#[from] Box<figment::Error>),
-    /// A value is out of range.
-    #[error("configuration value {field}: {rule}")]
-    Invalid {
-        /// Which setting.
-        field: &'static str,
-        /// What it must be.
-        rule: String,
-    },
-}
+impl ServiceConfig for Config {
+    const ENV_PREFIX: &'static str = ENV_PREFIX;
 
-impl Config {
-    /// Defaults, overridden by `file` (if given) and then by the environment.
-    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
-        let mut figment = Figment::from(Serialized::defaults(Config::default()));
-        if let Some(file) = file {
-            if !file.exists() {
-                return Err(ConfigError::Invalid { field: "--config", rule: format!("{} does not exist", file.display()) });
-            }
-            figment = figment.merge(Toml::file(file));
-        }
-        let config: Config = figment.merge(Env::prefixed(ENV_PREFIX).split("__")).extract().map_err(Box::new)?;
-        config.validate()?;
-        Ok(config)
-    }
-
-    /// Checks values that parse but cannot work.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    fn validate(&self) -> Result<(), ConfigError> {
         for chain in &self.evm_chains {
             if chain.rpc_urls.is_empty() {
-                return Err(ConfigError::Invalid {
-                    field: "evm_chains.rpc_urls",
-                    rule: format!("chain {} needs at least one endpoint", chain.chain_id),
-                });
+                return Err(ConfigError::invalid(
+                    "evm_chains.rpc_urls",
+                    format!("chain {} needs at least one endpoint", chain.chain_id),
+                ));
             }
         }
         if self.rpc_timeout_ms == 0 {
-            return Err(ConfigError::Invalid { field: "rpc_timeout_ms", rule: "must be positive".into() });
+            return Err(ConfigError::invalid("rpc_timeout_ms", "must be positive"));
         }
         Ok(())
     }

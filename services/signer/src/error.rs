@@ -74,11 +74,14 @@ impl From<Error> for Status {
         let message = error.to_string();
         match error {
             Error::NotFound(_) => Status::not_found(message),
-            Error::NotSignable { .. } | Error::UnknownChain { .. } | Error::Interlock(_) | Error::BadIntent { .. } => {
-                Status::failed_precondition(message)
-            }
+            Error::NotSignable { .. }
+            | Error::UnknownChain { .. }
+            | Error::Interlock(_)
+            | Error::BadIntent { .. } => Status::failed_precondition(message),
             Error::NoKey { .. } => Status::permission_denied(message),
-            Error::Chain { .. } | Error::Store(_) => Status::unavailable(format!("{message}; retry the same op_id")),
+            Error::Chain { .. } | Error::Store(_) => {
+                Status::unavailable(format!("{message}; retry the same op_id"))
+            }
             Error::Sign { .. } => Status::internal(message),
         }
     }

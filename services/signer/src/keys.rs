@@ -39,8 +39,11 @@ pub fn read_passphrase(file: Option<&Path>, env_var: &str) -> Result<String, Key
         Some(path) => std::fs::read_to_string(path)
             .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
             .map_err(|e| KeyError::Passphrase(format!("reading {}: {e}", path.display()))),
-        None => std::env::var(env_var)
-            .map_err(|_| KeyError::Passphrase(format!("set passphrase_file or the {env_var} environment variable"))),
+        None => std::env::var(env_var).map_err(|_| {
+            KeyError::Passphrase(format!(
+                "set passphrase_file or the {env_var} environment variable"
+            ))
+        }),
     }
 }
 
@@ -52,22 +55,36 @@ pub struct Keyring {
 
 impl std::fmt::Debug for Keyring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_set().entries(self.keys.keys().map(ToString::to_string)).finish()
+        f.debug_set()
+            .entries(self.keys.keys().map(ToString::to_string))
+            .finish()
     }
 }
 
 impl Keyring {
     /// Decrypts every `*.json` keystore in `dir`.
     pub fn load(dir: &Path, passphrase: &str) -> Result<Self, KeyError> {
-        let entries = std::fs::read_dir(dir).map_err(|e| KeyError::Dir { dir: dir.into(), reason: e.to_string() })?;
+        let entries = std::fs::read_dir(dir).map_err(|e| KeyError::Dir {
+            dir: dir.into(),
+            reason: e.to_string(),
+        })?;
         let mut keys = BTreeMap::new();
         for entry in entries {
-            let path = entry.map_err(|e| KeyError::Dir { dir: dir.into(), reason: e.to_string() })?.path();
+            let path = entry
+                .map_err(|e| KeyError::Dir {
+                    dir: dir.into(),
+                    reason: e.to_string(),
+                })?
+                .path();
             if path.extension().and_then(|e| e.to_str()) != Some("json") {
                 continue;
             }
-            let signer = PrivateKeySigner::decrypt_keystore(&path, passphrase)
-                .map_err(|e| KeyError::File { file: path.clone(), reason: e.to_string() })?;
+            let signer = PrivateKeySigner::decrypt_keystore(&path, passphrase).map_err(|e| {
+                KeyError::File {
+                    file: path.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
             keys.insert(signer.address(), Arc::new(signer));
         }
         Ok(Self { keys })
@@ -102,8 +119,15 @@ const ANVIL_DEV_KEYS: [&str; 10] = [
 
 /// Writes keystores for the first `count` anvil dev accounts into `dir`, encrypted with
 /// `passphrase`, one file per account named by its address. Existing files are kept.
-pub fn import_anvil_dev_keys(dir: &Path, passphrase: &str, count: usize) -> Result<Vec<Address>, KeyError> {
-    std::fs::create_dir_all(dir).map_err(|e| KeyError::Dir { dir: dir.into(), reason: e.to_string() })?;
+pub fn import_anvil_dev_keys(
+    dir: &Path,
+    passphrase: &str,
+    count: usize,
+) -> Result<Vec<Address>, KeyError> {
+    std::fs::create_dir_all(dir).map_err(|e| KeyError::Dir {
+        dir: dir.into(),
+        reason: e.to_string(),
+    })?;
     let mut imported = Vec::new();
     for key in ANVIL_DEV_KEYS.iter().take(count) {
         let bytes = hex::decode(key).expect("constant hex");
@@ -112,8 +136,17 @@ pub fn import_anvil_dev_keys(dir: &Path, passphrase: &str, count: usize) -> Resu
             .address();
         let name = format!("{address}.json");
         if !dir.join(&name).exists() {
-            PrivateKeySigner::encrypt_keystore(dir, &mut rand::thread_rng(), &bytes, passphrase, Some(&name))
-                .map_err(|e| KeyError::File { file: dir.join(&name), reason: e.to_string() })?;
+            PrivateKeySigner::encrypt_keystore(
+                dir,
+                &mut rand::thread_rng(),
+                &bytes,
+                passphrase,
+                Some(&name),
+            )
+            .map_err(|e| KeyError::File {
+                file: dir.join(&name),
+                reason: e.to_string(),
+            })?;
         }
         imported.push(address);
     }
@@ -128,18 +161,27 @@ mod tests {
     fn dev_keys_round_trip_through_encrypted_keystores() {
         let dir = tempfile::tempdir().unwrap();
         let imported = import_anvil_dev_keys(dir.path(), "pass phrase", 2).unwrap();
-        assert_eq!(imported[0].to_string(), "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");
+        assert_eq!(
+            imported[0].to_string(),
+            "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
+        );
         let keyring = Keyring::load(dir.path(), "pass phrase").unwrap();
         assert_eq!(keyring.accounts(), {
             let mut sorted = imported.clone();
             sorted.sort();
             sorted
         });
-        assert!(format!("{keyring:?}").contains("0xf39F"), "Debug shows addresses");
+        assert!(
+            format!("{keyring:?}").contains("0xf39F"),
+            "Debug shows addresses"
+        );
         assert!(!format!("{keyring:?}").contains("ac0974"), "and never keys");
         for file in std::fs::read_dir(dir.path()).unwrap() {
             let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
-            assert!(!text.contains("ac0974bec39a17e36ba4a6b4d238ff944bacb478"), "keystores hold no plain key");
+            assert!(
+                !text.contains("ac0974bec39a17e36ba4a6b4d238ff944bacb478"),
+                "keystores hold no plain key"
+            );
         }
         let wrong = Keyring::load(dir.path(), "wrong").unwrap_err();
         assert!(!wrong.to_string().contains("ac0974"));

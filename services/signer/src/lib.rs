@@ -28,7 +28,8 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let passphrase = keys::read_passphrase(config.passphrase_file.as_deref(), config::PASSPHRASE_ENV)?;
+    let passphrase =
+        keys::read_passphrase(config.passphrase_file.as_deref(), config::PASSPHRASE_ENV)?;
     let keyring = keys::Keyring::load(&config.keystore_dir, &passphrase)?;
     drop(passphrase);
     tracing::info!(accounts = ?keyring, "keys loaded");

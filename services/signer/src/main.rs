@@ -2,6 +2,7 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use sigcast_runtime::ServiceConfig;
 use sigcast_signer::{Config, config, keys};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -49,14 +50,7 @@ enum KeysCommand {
 }
 
 fn main() -> std::process::ExitCode {
-    // One line with the whole cause chain; no backtrace for a configuration mistake.
-    match tokio::runtime::Runtime::new().map_err(anyhow::Error::from).and_then(|rt| rt.block_on(serve())) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    sigcast_runtime::main(serve())
 }
 
 async fn serve() -> anyhow::Result<()> {
@@ -71,35 +65,23 @@ async fn serve() -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(config.listen)
                 .await
                 .with_context(|| format!("binding {}", config.listen))?;
-            sigcast_signer::run(config, listener, shutdown_signal()).await
+            sigcast_signer::run(config, listener, sigcast_runtime::shutdown_signal()).await
         }
         Command::Keys { command } => {
-            let passphrase = keys::read_passphrase(config.passphrase_file.as_deref(), config::PASSPHRASE_ENV)?;
+            let passphrase =
+                keys::read_passphrase(config.passphrase_file.as_deref(), config::PASSPHRASE_ENV)?;
             let accounts = match command {
-                KeysCommand::ImportDev { count } => keys::import_anvil_dev_keys(&config.keystore_dir, &passphrase, count)?,
-                KeysCommand::List => keys::Keyring::load(&config.keystore_dir, &passphrase)?.accounts(),
+                KeysCommand::ImportDev { count } => {
+                    keys::import_anvil_dev_keys(&config.keystore_dir, &passphrase, count)?
+                }
+                KeysCommand::List => {
+                    keys::Keyring::load(&config.keystore_dir, &passphrase)?.accounts()
+                }
             };
             for account in accounts {
                 println!("{account}");
             }
             Ok(())
-        }
-    }
-}
-
-/// Completes on SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = ctrl_c => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(error) => {
-            tracing::warn!(%error, "no SIGTERM handler; stopping on Ctrl-C only");
-            let _ = ctrl_c.await;
         }
     }
 }

@@ -9,8 +9,8 @@ use crate::config::{Config, TxType};
 use crate::error::{Error, Result};
 use crate::keys::Keyring;
 use alloy_signer::SignerSync;
-use sigcast_domain::{Intent, IntentRules, OperationState};
 use sigcast_domain::{EvmAddress, EvmTransfer, Wei};
+use sigcast_domain::{Intent, IntentRules, OperationState};
 use sigcast_evm::{Address, Fees, RpcPool, TxParams, build_transaction, params_of};
 use sigcast_proto::{intent_from_proto, pb, state_from_proto, state_to_proto};
 use sigcast_store::{Store, accounts, operations};
@@ -59,6 +59,27 @@ struct EvmChain {
     tx_type: TxType,
 }
 
+impl EvmChain {
+    /// Fees for a new transaction now, of the configured type.
+    async fn current_fees(&self) -> sigcast_evm::Result<Fees> {
+        match self.tx_type {
+            TxType::Eip1559 => self.pool.eip1559_fees().await,
+            TxType::Legacy => Ok(Fees::Legacy {
+                gas_price: self.pool.gas_price().await?,
+            }),
+        }
+    }
+}
+
+/// What signing an operation needs: its parsed intent, and the key and chain it names.
+struct Resolved<'a> {
+    intent: Intent,
+    chain_id: u64,
+    from: EvmAddress,
+    key: Arc<alloy_signer_local::PrivateKeySigner>,
+    chain: &'a EvmChain,
+}
+
 /// Signs operations with the keys it holds.
 #[derive(Clone)]
 pub struct Signer {
@@ -74,21 +95,36 @@ impl Signer {
         let timeout = Duration::from_millis(config.rpc_timeout_ms);
         let mut chains = HashMap::new();
         for chain in &config.evm_chains {
-            chains.insert(chain.chain_id, EvmChain { pool: RpcPool::new(&chain.rpc_urls, timeout)?, tx_type: chain.tx_type });
+            chains.insert(
+                chain.chain_id,
+                EvmChain {
+                    pool: RpcPool::new(&chain.rpc_urls, timeout)?,
+                    tx_type: chain.tx_type,
+                },
+            );
         }
         let rules = IntentRules {
             evm_chain_ids: config.evm_chains.iter().map(|c| c.chain_id).collect(),
             solana_clusters: Default::default(),
             max_evm_call_data: usize::MAX,
         };
-        Ok(Self { store, keys, chains: Arc::new(chains), rules })
+        Ok(Self {
+            store,
+            keys,
+            chains: Arc::new(chains),
+            rules,
+        })
     }
 
     /// Checks that every configured endpoint serves the chain id it is configured for.
     pub async fn check_chains(&self) -> anyhow::Result<()> {
         for (chain_id, chain) in self.chains.iter() {
             let actual = chain.pool.chain_id().await?;
-            anyhow::ensure!(actual == *chain_id, "endpoints {:?} serve chain {actual}, configured {chain_id}", chain.pool.urls());
+            anyhow::ensure!(
+                actual == *chain_id,
+                "endpoints {:?} serve chain {actual}, configured {chain_id}",
+                chain.pool.urls()
+            );
         }
         Ok(())
     }
@@ -96,6 +132,51 @@ impl Signer {
     /// The keys held.
     pub fn keys(&self) -> &Keyring {
         &self.keys
+    }
+
+    /// Parses the stored intent and finds the key and chain it needs.
+    fn resolve(&self, op: &pb::Operation) -> Result<Resolved<'_>> {
+        let op_id = op.op_id.as_str();
+        let intent =
+            intent_from_proto("intent", op.intent.as_ref(), &self.rules).map_err(|violations| {
+                Error::BadIntent {
+                    op_id: op_id.to_owned(),
+                    reason: violations
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                }
+            })?;
+        let (chain_id, from) = match &intent {
+            Intent::EvmTransfer(t) => (t.chain_id, t.from),
+            Intent::EvmContractCall(c) => (c.chain_id, c.from),
+            other => {
+                return Err(Error::UnknownChain {
+                    op_id: op_id.to_owned(),
+                    chain: other.chain().to_string(),
+                });
+            }
+        };
+        let address = Address::from(*from.as_bytes());
+        let key = self.keys.get(&address).ok_or_else(|| Error::NoKey {
+            op_id: op_id.to_owned(),
+            account: address.to_string(),
+        })?;
+        let chain = self
+            .chains
+            .get(&chain_id)
+            .ok_or_else(|| Error::UnknownChain {
+                op_id: op_id.to_owned(),
+                chain: format!("eip155:{chain_id}"),
+            })?;
+        Ok(Resolved {
+            intent,
+            chain_id,
+            from,
+            key,
+            chain,
+        })
     }
 
     /// Signs the recorded operation `op_id` (or returns its stored signature).
@@ -110,35 +191,32 @@ impl Signer {
         if let Some(done) = already_signed(&op)? {
             return Ok(done);
         }
-        let intent = intent_from_proto("intent", op.intent.as_ref(), &self.rules).map_err(|violations| Error::BadIntent {
-            op_id: op_id.to_owned(),
-            reason: violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
-        })?;
-        let (chain_id, from) = match &intent {
-            Intent::EvmTransfer(t) => (t.chain_id, t.from),
-            Intent::EvmContractCall(c) => (c.chain_id, c.from),
-            other => return Err(Error::UnknownChain { op_id: op_id.to_owned(), chain: other.chain().to_string() }),
-        };
+        let Resolved {
+            intent,
+            from,
+            key,
+            chain,
+            ..
+        } = self.resolve(&op)?;
         let from = Address::from(*from.as_bytes());
-        let key = self.keys.get(&from).ok_or_else(|| Error::NoKey { op_id: op_id.to_owned(), account: from.to_string() })?;
-        let chain = self
-            .chains
-            .get(&chain_id)
-            .ok_or_else(|| Error::UnknownChain { op_id: op_id.to_owned(), chain: format!("eip155:{chain_id}") })?;
 
         // Chain reads happen before the store transaction, which must not wait on the network.
-        let chain_error = |source| Error::Chain { op_id: op_id.to_owned(), source };
-        let chain_nonce = chain.pool.nonce(from).await.map_err(chain_error)?;
-        let fees = match chain.tx_type {
-            TxType::Eip1559 => chain.pool.eip1559_fees().await.map_err(chain_error)?,
-            TxType::Legacy => Fees::Legacy { gas_price: chain.pool.gas_price().await.map_err(chain_error)? },
+        let chain_error = |source| Error::Chain {
+            op_id: op_id.to_owned(),
+            source,
         };
+        let chain_nonce = chain.pool.nonce(from).await.map_err(chain_error)?;
+        let fees = chain.current_fees().await.map_err(chain_error)?;
         let gas_limit = match &intent {
             Intent::EvmContractCall(c) => match c.gas_limit {
                 Some(limit) => limit,
                 None => {
                     let to = Address::from(*c.to.as_bytes());
-                    let estimate = chain.pool.estimate_gas(from, to, c.value.as_str(), &c.data).await.map_err(chain_error)?;
+                    let estimate = chain
+                        .pool
+                        .estimate_gas(from, to, c.value.as_str(), &c.data)
+                        .await
+                        .map_err(chain_error)?;
                     // Headroom: state may change between estimate and inclusion.
                     estimate + estimate / 5
                 }
@@ -160,7 +238,14 @@ impl Signer {
                 }
                 let chain_key = stored.chain.clone();
                 let account = stored.account.clone();
-                let allocation = match accounts::allocate_nonce(tx, &root, &chain_key, &account, &id, chain_nonce)? {
+                let allocation = match accounts::allocate_nonce(
+                    tx,
+                    &root,
+                    &chain_key,
+                    &account,
+                    &id,
+                    chain_nonce,
+                )? {
                     Ok(allocation) => allocation,
                     Err(taken) => return Ok(Err(Error::Interlock(taken))),
                 };
@@ -171,22 +256,37 @@ impl Signer {
                          operations at the skipped nonces will be proven rejected"
                     );
                 }
-                let params = TxParams { nonce: allocation.nonce, gas_limit, fees };
+                let params = TxParams {
+                    nonce: allocation.nonce,
+                    gas_limit,
+                    fees,
+                };
                 let unsigned = match build_transaction(&intent, params) {
                     Ok(unsigned) => unsigned,
-                    Err(e) => return Ok(Err(Error::BadIntent { op_id: id.clone(), reason: e.to_string() })),
+                    Err(e) => {
+                        return Ok(Err(Error::BadIntent {
+                            op_id: id.clone(),
+                            reason: e.to_string(),
+                        }));
+                    }
                 };
                 let signature = match key.sign_hash_sync(&unsigned.signature_hash()) {
                     Ok(signature) => signature,
                     Err(e) => {
-                        return Ok(Err(Error::Sign { op_id: id.clone(), nonce: allocation.nonce, reason: e.to_string() }));
+                        return Ok(Err(Error::Sign {
+                            op_id: id.clone(),
+                            nonce: allocation.nonce,
+                            reason: e.to_string(),
+                        }));
                     }
                 };
                 let signed = unsigned.into_signed(signature);
                 accounts::put_payload(tx, &root, &id, 1, &signed.raw)?;
                 let mut op = stored.clone();
                 op.set_state(state_to_proto(OperationState::Signed));
-                op.signing = Some(pb::operation::Signing::Evm(pb::EvmSigning { nonce: allocation.nonce }));
+                op.signing = Some(pb::operation::Signing::Evm(pb::EvmSigning {
+                    nonce: allocation.nonce,
+                }));
                 op.attempts = vec![pb::Attempt {
                     number: 1,
                     tx_id: signed.hash.to_string(),
@@ -194,7 +294,11 @@ impl Signer {
                     ..Default::default()
                 }];
                 operations::put(tx, &root, Some(&stored), &mut op, now)?;
-                Ok(Ok(Signed { tx_id: signed.hash.to_string(), attempt: 1, already_signed: false }))
+                Ok(Ok(Signed {
+                    tx_id: signed.hash.to_string(),
+                    attempt: 1,
+                    already_signed: false,
+                }))
             })
             .await??;
         if !outcome.already_signed {
@@ -208,14 +312,21 @@ impl Signer {
     /// Signs a declared replacement of `op_id`'s last attempt at the same nonce: a fee bump, or
     /// a cancel. Only the operation that owns the nonce gets a second payload there, and only
     /// while `replaces_attempt` is still its last attempt; otherwise the last one is returned.
-    pub async fn sign_replacement(&self, op_id: &str, kind: Replacement, replaces_attempt: u32) -> Result<Signed> {
+    pub async fn sign_replacement(
+        &self,
+        op_id: &str,
+        kind: Replacement,
+        replaces_attempt: u32,
+    ) -> Result<Signed> {
         let root = self.store.root().clone();
         let id = op_id.to_owned();
         let read = self
             .store
             .read_async(move |tx| {
                 let op = operations::get(tx, &root, &id)?;
-                let last = op.as_ref().and_then(|op| op.attempts.last().map(|a| a.number));
+                let last = op
+                    .as_ref()
+                    .and_then(|op| op.attempts.last().map(|a| a.number));
                 let payload = match last {
                     Some(n) => accounts::payload(tx, &root, &id, n)?,
                     None => None,
@@ -226,55 +337,68 @@ impl Signer {
         let (Some(op), Some(previous_raw)) = read else {
             return Err(Error::NotFound(op_id.to_owned()));
         };
-        let not_signable = || Error::NotSignable { op_id: op_id.to_owned(), state: op.state().as_str_name().to_owned() };
-        if !matches!(state_from_proto(op.state()), Some(OperationState::Signed | OperationState::Sent)) {
+        let not_signable = || Error::NotSignable {
+            op_id: op_id.to_owned(),
+            state: op.state().as_str_name().to_owned(),
+        };
+        if !matches!(
+            state_from_proto(op.state()),
+            Some(OperationState::Signed | OperationState::Sent)
+        ) {
             return Err(not_signable());
         }
         let last = op.attempts.last().ok_or_else(not_signable)?;
         // A self-transfer (cancel or gap fill) is final: nothing replaces it, and there is one.
-        let existing_self_transfer = op
-            .attempts
-            .iter()
-            .find(|a| a.reason == Replacement::Cancel.reason() || a.reason == Replacement::GapFill.reason());
+        let existing_self_transfer = op.attempts.iter().find(|a| {
+            a.reason == Replacement::Cancel.reason() || a.reason == Replacement::GapFill.reason()
+        });
         if let Some(existing) = existing_self_transfer {
-            return Ok(Signed { tx_id: existing.tx_id.clone(), attempt: existing.number, already_signed: true });
+            return Ok(Signed {
+                tx_id: existing.tx_id.clone(),
+                attempt: existing.number,
+                already_signed: true,
+            });
         }
         if last.number != replaces_attempt {
-            return Ok(Signed { tx_id: last.tx_id.clone(), attempt: last.number, already_signed: true });
+            return Ok(Signed {
+                tx_id: last.tx_id.clone(),
+                attempt: last.number,
+                already_signed: true,
+            });
         }
         let previous = params_of(&previous_raw).ok_or_else(|| Error::BadIntent {
             op_id: op_id.to_owned(),
             reason: "the stored payload does not decode".into(),
         })?;
-        let intent = intent_from_proto("intent", op.intent.as_ref(), &self.rules).map_err(|violations| Error::BadIntent {
+        let Resolved {
+            intent,
+            chain_id,
+            from,
+            key,
+            chain,
+        } = self.resolve(&op)?;
+        let current = chain.current_fees().await.map_err(|source| Error::Chain {
             op_id: op_id.to_owned(),
-            reason: violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+            source,
         })?;
-        let (chain_id, from) = match &intent {
-            Intent::EvmTransfer(t) => (t.chain_id, t.from),
-            Intent::EvmContractCall(c) => (c.chain_id, c.from),
-            other => return Err(Error::UnknownChain { op_id: op_id.to_owned(), chain: other.chain().to_string() }),
-        };
-        let address = Address::from(*from.as_bytes());
-        let key = self.keys.get(&address).ok_or_else(|| Error::NoKey { op_id: op_id.to_owned(), account: address.to_string() })?;
-        let chain = self
-            .chains
-            .get(&chain_id)
-            .ok_or_else(|| Error::UnknownChain { op_id: op_id.to_owned(), chain: format!("eip155:{chain_id}") })?;
-        let current = match chain.tx_type {
-            TxType::Eip1559 => chain.pool.eip1559_fees().await,
-            TxType::Legacy => chain.pool.gas_price().await.map(|gas_price| Fees::Legacy { gas_price }),
-        }
-        .map_err(|source| Error::Chain { op_id: op_id.to_owned(), source })?;
         let fees = Fees::bumped(previous.fees, current);
         let (intent, gas_limit) = match kind {
             Replacement::FeeBump => (intent, previous.gas_limit),
             Replacement::Cancel | Replacement::GapFill => (
-                Intent::EvmTransfer(EvmTransfer { chain_id, from, to: EvmAddress::from(*from.as_bytes()), value: Wei::zero() }),
+                Intent::EvmTransfer(EvmTransfer {
+                    chain_id,
+                    from,
+                    to: EvmAddress::from(*from.as_bytes()),
+                    value: Wei::zero(),
+                }),
                 TRANSFER_GAS,
             ),
         };
-        let params = TxParams { nonce: previous.nonce, gas_limit, fees };
+        let params = TxParams {
+            nonce: previous.nonce,
+            gas_limit,
+            fees,
+        };
 
         let root = self.store.root().clone();
         let id = op_id.to_owned();
@@ -289,10 +413,15 @@ impl Signer {
                     return Ok(Err(Error::NotFound(id.clone())));
                 };
                 if last.number != replaces_attempt {
-                    return Ok(Ok(Signed { tx_id: last.tx_id, attempt: last.number, already_signed: true }));
+                    return Ok(Ok(Signed {
+                        tx_id: last.tx_id,
+                        attempt: last.number,
+                        already_signed: true,
+                    }));
                 }
                 // DO NOT TURN THIS OFF: a second payload at a nonce only for the operation that owns it.
-                let owner = accounts::nonce_owner(tx, &root, &stored.chain, &stored.account, params.nonce)?;
+                let owner =
+                    accounts::nonce_owner(tx, &root, &stored.chain, &stored.account, params.nonce)?;
                 if owner.as_deref() != Some(id.as_str()) {
                     return Ok(Err(Error::Interlock(accounts::NonceTaken {
                         chain: stored.chain.clone(),
@@ -303,11 +432,22 @@ impl Signer {
                 }
                 let unsigned = match build_transaction(&intent, params) {
                     Ok(unsigned) => unsigned,
-                    Err(e) => return Ok(Err(Error::BadIntent { op_id: id.clone(), reason: e.to_string() })),
+                    Err(e) => {
+                        return Ok(Err(Error::BadIntent {
+                            op_id: id.clone(),
+                            reason: e.to_string(),
+                        }));
+                    }
                 };
                 let signature = match key.sign_hash_sync(&unsigned.signature_hash()) {
                     Ok(signature) => signature,
-                    Err(e) => return Ok(Err(Error::Sign { op_id: id.clone(), nonce: params.nonce, reason: e.to_string() })),
+                    Err(e) => {
+                        return Ok(Err(Error::Sign {
+                            op_id: id.clone(),
+                            nonce: params.nonce,
+                            reason: e.to_string(),
+                        }));
+                    }
                 };
                 let signed = unsigned.into_signed(signature);
                 let number = last.number + 1;
@@ -321,7 +461,11 @@ impl Signer {
                     ..Default::default()
                 });
                 operations::put(tx, &root, Some(&stored), &mut op, now)?;
-                Ok(Ok(Signed { tx_id: signed.hash.to_string(), attempt: number, already_signed: false }))
+                Ok(Ok(Signed {
+                    tx_id: signed.hash.to_string(),
+                    attempt: number,
+                    already_signed: false,
+                }))
             })
             .await??;
         if !signed.already_signed {
@@ -336,16 +480,22 @@ impl Signer {
 fn already_signed(op: &pb::Operation) -> Result<Option<Signed>> {
     match state_from_proto(op.state()) {
         Some(OperationState::Received) => Ok(None),
-        Some(OperationState::Cancelled | OperationState::Rejected) | None => Err(Error::NotSignable {
-            op_id: op.op_id.clone(),
-            state: op.state().as_str_name().to_owned(),
-        }),
+        Some(OperationState::Cancelled | OperationState::Rejected) | None => {
+            Err(Error::NotSignable {
+                op_id: op.op_id.clone(),
+                state: op.state().as_str_name().to_owned(),
+            })
+        }
         Some(_) => {
             let last = op.attempts.last().ok_or_else(|| Error::NotSignable {
                 op_id: op.op_id.clone(),
                 state: format!("{} without attempts", op.state().as_str_name()),
             })?;
-            Ok(Some(Signed { tx_id: last.tx_id.clone(), attempt: last.number, already_signed: true }))
+            Ok(Some(Signed {
+                tx_id: last.tx_id.clone(),
+                attempt: last.number,
+                already_signed: true,
+            }))
         }
     }
 }

@@ -9,18 +9,53 @@ fn nonces_are_serial_from_the_chain_then_the_store() {
     let s = &t.store;
     let root = s.root().clone();
     let alloc = |op: &str, chain_nonce: u64| {
-        s.run(|tx| accounts::allocate_nonce(tx, &root, "eip155:1", "0xA", op, chain_nonce)).unwrap()
+        s.run(|tx| accounts::allocate_nonce(tx, &root, "eip155:1", "0xA", op, chain_nonce))
+            .unwrap()
     };
-    assert_eq!(alloc("a", 5), Ok(Allocation { nonce: 5, external_gap: None }), "first nonce from the chain");
-    assert_eq!(alloc("b", 0), Ok(Allocation { nonce: 6, external_gap: None }), "then the store");
-    assert_eq!(alloc("c", 6), Ok(Allocation { nonce: 7, external_gap: None }), "a lagging chain is ignored");
+    assert_eq!(
+        alloc("a", 5),
+        Ok(Allocation {
+            nonce: 5,
+            external_gap: None
+        }),
+        "first nonce from the chain"
+    );
+    assert_eq!(
+        alloc("b", 0),
+        Ok(Allocation {
+            nonce: 6,
+            external_gap: None
+        }),
+        "then the store"
+    );
+    assert_eq!(
+        alloc("c", 6),
+        Ok(Allocation {
+            nonce: 7,
+            external_gap: None
+        }),
+        "a lagging chain is ignored"
+    );
     assert_eq!(
         alloc("d", 10),
-        Ok(Allocation { nonce: 10, external_gap: Some((8, 10)) }),
+        Ok(Allocation {
+            nonce: 10,
+            external_gap: Some((8, 10))
+        }),
         "a chain ahead of the store is reported"
     );
-    assert_eq!(s.read(|tx| accounts::nonce_owner(tx, &root, "eip155:1", "0xA", 6)).unwrap().as_deref(), Some("b"));
-    assert_eq!(s.read(|tx| accounts::next_nonce(tx, &root, "eip155:1", "0xB")).unwrap(), None, "per account");
+    assert_eq!(
+        s.read(|tx| accounts::nonce_owner(tx, &root, "eip155:1", "0xA", 6))
+            .unwrap()
+            .as_deref(),
+        Some("b")
+    );
+    assert_eq!(
+        s.read(|tx| accounts::next_nonce(tx, &root, "eip155:1", "0xB"))
+            .unwrap(),
+        None,
+        "per account"
+    );
 }
 
 #[test]
@@ -35,7 +70,9 @@ fn concurrent_allocations_never_share_a_nonce() {
                     .map(|i| {
                         let op = format!("w{worker}-{i}");
                         store
-                            .run(|tx| accounts::allocate_nonce(tx, &root, "eip155:1", "0xA", &op, 0))
+                            .run(|tx| {
+                                accounts::allocate_nonce(tx, &root, "eip155:1", "0xA", &op, 0)
+                            })
                             .unwrap()
                             .unwrap()
                             .nonce
@@ -44,7 +81,10 @@ fn concurrent_allocations_never_share_a_nonce() {
             })
         })
         .collect();
-    let mut all: Vec<u64> = threads.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let mut all: Vec<u64> = threads
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
     all.sort_unstable();
     assert_eq!(all, (0..200).collect::<Vec<_>>());
 }
@@ -54,8 +94,24 @@ fn payloads_are_write_once() {
     let t = test_store("payloads");
     let s = &t.store;
     let root = s.root().clone();
-    assert!(s.run(|tx| accounts::put_payload(tx, &root, "op", 1, b"signed-1")).unwrap());
-    assert!(s.run(|tx| accounts::put_payload(tx, &root, "op", 1, b"signed-1")).unwrap(), "same bytes: fine");
-    assert!(!s.run(|tx| accounts::put_payload(tx, &root, "op", 1, b"other")).unwrap(), "other bytes: refused");
-    assert_eq!(s.read(|tx| accounts::payload(tx, &root, "op", 1)).unwrap().as_deref(), Some(&b"signed-1"[..]));
+    assert!(
+        s.run(|tx| accounts::put_payload(tx, &root, "op", 1, b"signed-1"))
+            .unwrap()
+    );
+    assert!(
+        s.run(|tx| accounts::put_payload(tx, &root, "op", 1, b"signed-1"))
+            .unwrap(),
+        "same bytes: fine"
+    );
+    assert!(
+        !s.run(|tx| accounts::put_payload(tx, &root, "op", 1, b"other"))
+            .unwrap(),
+        "other bytes: refused"
+    );
+    assert_eq!(
+        s.read(|tx| accounts::payload(tx, &root, "op", 1))
+            .unwrap()
+            .as_deref(),
+        Some(&b"signed-1"[..])
+    );
 }

@@ -7,7 +7,11 @@ use std::time::Duration;
 fn counter(store: &Store) -> u64 {
     let key = store.root().pack(&("counter",));
     store
-        .read(|tx| Ok(tx.get(&key)?.map_or(0, |v| u64::from_be_bytes(v.try_into().unwrap()))))
+        .read(|tx| {
+            Ok(tx
+                .get(&key)?
+                .map_or(0, |v| u64::from_be_bytes(v.try_into().unwrap())))
+        })
         .unwrap()
 }
 
@@ -16,7 +20,9 @@ pub(crate) fn increment(store: &Store) {
     let key = store.root().pack(&("counter",));
     store
         .run(|tx| {
-            let value = tx.get(&key)?.map_or(0, |v| u64::from_be_bytes(v.try_into().unwrap()));
+            let value = tx
+                .get(&key)?
+                .map_or(0, |v| u64::from_be_bytes(v.try_into().unwrap()));
             tx.set(&key, &(value + 1).to_be_bytes())
         })
         .unwrap();
@@ -38,10 +44,18 @@ fn get_set_clear_and_read_your_writes() {
             tx.get(&a)
         })
         .unwrap();
-    assert_eq!(seen.as_deref(), Some(&b"1"[..]), "a transaction sees its own writes");
+    assert_eq!(
+        seen.as_deref(),
+        Some(&b"1"[..]),
+        "a transaction sees its own writes"
+    );
     assert_eq!(s.read(|tx| tx.get(&a)).unwrap().as_deref(), Some(&b"1"[..]));
     s.run(|tx| tx.set(&a, b"2")).unwrap();
-    assert_eq!(s.read(|tx| tx.get(&a)).unwrap().as_deref(), Some(&b"2"[..]), "set overwrites");
+    assert_eq!(
+        s.read(|tx| tx.get(&a)).unwrap().as_deref(),
+        Some(&b"2"[..]),
+        "set overwrites"
+    );
     s.run(|tx| tx.clear(&a)).unwrap();
     assert_eq!(s.read(|tx| tx.get(&a)).unwrap(), None);
 }
@@ -60,16 +74,33 @@ fn ranges_are_ordered_limited_and_reversible() {
     })
     .unwrap();
     let (begin, end) = items.range();
-    let all = s.read(|tx| tx.get_range(&begin, &end, usize::MAX, false)).unwrap();
-    let values: Vec<String> = all.iter().map(|(_, v)| String::from_utf8(v.clone()).unwrap()).collect();
-    assert_eq!(values, ["-5", "0", "1", "2", "10", "300"], "tuple order, nothing outside the subspace");
+    let all = s
+        .read(|tx| tx.get_range(&begin, &end, usize::MAX, false))
+        .unwrap();
+    let values: Vec<String> = all
+        .iter()
+        .map(|(_, v)| String::from_utf8(v.clone()).unwrap())
+        .collect();
+    assert_eq!(
+        values,
+        ["-5", "0", "1", "2", "10", "300"],
+        "tuple order, nothing outside the subspace"
+    );
     let first_two = s.read(|tx| tx.get_range(&begin, &end, 2, false)).unwrap();
     assert_eq!(first_two.len(), 2);
     let last_two = s.read(|tx| tx.get_range(&begin, &end, 2, true)).unwrap();
-    assert_eq!(last_two.iter().map(|(_, v)| v.as_slice()).collect::<Vec<_>>(), [&b"300"[..], b"10"]);
+    assert_eq!(
+        last_two
+            .iter()
+            .map(|(_, v)| v.as_slice())
+            .collect::<Vec<_>>(),
+        [&b"300"[..], b"10"]
+    );
     let (mid_begin, mid_end) = (items.pack(&(1i64,)), items.pack(&(10i64,)));
     s.run(|tx| tx.clear_range(&mid_begin, &mid_end)).unwrap();
-    let left = s.read(|tx| tx.get_range(&begin, &end, usize::MAX, false)).unwrap();
+    let left = s
+        .read(|tx| tx.get_range(&begin, &end, usize::MAX, false))
+        .unwrap();
     assert_eq!(left.len(), 4, "clear_range removes [1, 10) only");
 }
 
@@ -81,10 +112,20 @@ fn a_failed_body_changes_nothing() {
     let result: Result<(), Error> = s.run(|tx| {
         tx.set(&a, b"x")?;
         tx.set(&b, b"y")?;
-        Err(Error::Corrupt { what: "test", key: String::new(), reason: "abort on purpose".into() })
+        Err(Error::Corrupt {
+            what: "test",
+            key: String::new(),
+            reason: "abort on purpose".into(),
+        })
     });
-    assert!(matches!(result, Err(Error::Corrupt { .. })), "a non-retryable error is returned as is");
-    assert_eq!(s.read(|tx| Ok((tx.get(&a)?, tx.get(&b)?))).unwrap(), (None, None));
+    assert!(
+        matches!(result, Err(Error::Corrupt { .. })),
+        "a non-retryable error is returned as is"
+    );
+    assert_eq!(
+        s.read(|tx| Ok((tx.get(&a)?, tx.get(&b)?))).unwrap(),
+        (None, None)
+    );
 }
 
 #[test]
@@ -113,7 +154,9 @@ fn a_committed_body_run_again_changes_nothing() {
         if tx.get(&token)?.is_some() {
             return Ok(false);
         }
-        let value = tx.get(&balance)?.map_or(0, |v| u64::from_be_bytes(v.try_into().unwrap()));
+        let value = tx
+            .get(&balance)?
+            .map_or(0, |v| u64::from_be_bytes(v.try_into().unwrap()));
         tx.set(&balance, &(value + 42).to_be_bytes())?;
         tx.set(&token, b"")?;
         Ok(true)
@@ -131,14 +174,22 @@ fn a_busy_database_is_retried_until_the_lock_is_released() {
         return; // FoundationDB has no lock to hold; its conflicts are covered above.
     }
     // A short busy timeout so the runner's retry loop, not SQLite's wait, bridges the lock.
-    let config = StoreConfig { busy_timeout_ms: 20, ..t.config.clone() };
+    let config = StoreConfig {
+        busy_timeout_ms: 20,
+        ..t.config.clone()
+    };
     let store = Store::open(&config).unwrap();
     let holder = rusqlite::Connection::open(&config.path).unwrap();
     holder.execute_batch("BEGIN IMMEDIATE").unwrap();
     let writer = std::thread::spawn(move || increment(&store));
     std::thread::sleep(Duration::from_millis(300));
-    assert!(!writer.is_finished(), "the write waits while another process holds the lock");
+    assert!(
+        !writer.is_finished(),
+        "the write waits while another process holds the lock"
+    );
     holder.execute_batch("COMMIT").unwrap();
-    writer.join().expect("the write succeeds once the lock is free");
+    writer
+        .join()
+        .expect("the write succeeds once the lock is free");
     assert_eq!(counter(&t.store), 1);
 }

@@ -10,7 +10,6 @@ mod operations;
 use sigcast_store::{Backend, Store, StoreConfig};
 use std::path::PathBuf;
 
-
 /// A store for one test, with whatever must outlive it.
 pub(crate) struct TestStore {
     pub(crate) store: Store,
@@ -29,7 +28,11 @@ impl Drop for TestStore {
 
 /// The cluster file to run the suite against FoundationDB, if this build and machine can.
 fn fdb_cluster_file() -> Option<PathBuf> {
-    if cfg!(feature = "fdb") { std::env::var_os("FDB_CLUSTER_FILE").map(PathBuf::from) } else { None }
+    if cfg!(feature = "fdb") {
+        std::env::var_os("FDB_CLUSTER_FILE").map(PathBuf::from)
+    } else {
+        None
+    }
 }
 
 /// Opens a fresh store for the test `name`.
@@ -41,9 +44,16 @@ pub(crate) fn test_store(name: &str) -> TestStore {
     };
     config.namespace = format!("test-{name}-{}-{}", std::process::id(), unique());
     let store = Store::open(&config).expect("open store");
-    TestStore { store, config, _dir: dir }
+    TestStore {
+        store,
+        config,
+        _dir: dir,
+    }
 }
 
 fn unique() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
 }

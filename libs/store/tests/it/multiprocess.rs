@@ -14,18 +14,38 @@ fn four_processes_increment_one_counter_exactly() {
     let t = test_store("multiprocess");
     let (backend, location) = match t.config.backend {
         Backend::Sqlite => ("sqlite", t.config.path.display().to_string()),
-        Backend::Fdb => {
-            ("fdb", t.config.cluster_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default())
-        }
+        Backend::Fdb => (
+            "fdb",
+            t.config
+                .cluster_file
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+        ),
     };
     // target/<profile>/deps/it-… → target/<profile>/examples/counter_child
     let exe = std::env::current_exe().unwrap();
-    let child_bin = exe.parent().unwrap().parent().unwrap().join("examples").join("counter_child");
-    assert!(child_bin.exists(), "{} missing: cargo test builds it", child_bin.display());
+    let child_bin = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join("counter_child");
+    assert!(
+        child_bin.exists(),
+        "{} missing: cargo test builds it",
+        child_bin.display()
+    );
     let children: Vec<_> = (0..PROCESSES)
         .map(|_| {
             Command::new(&child_bin)
-                .args([backend, &location, &t.config.namespace, &INCREMENTS.to_string()])
+                .args([
+                    backend,
+                    &location,
+                    &t.config.namespace,
+                    &INCREMENTS.to_string(),
+                ])
                 .spawn()
                 .expect("spawn child")
         })

@@ -20,24 +20,42 @@ fn operation(op_id: &str, account: &str, fingerprint: &str) -> pb::Operation {
 
 fn submit(store: &Store, op: pb::Operation) -> SubmitOutcome {
     let root = store.root().clone();
-    store.run(|tx| operations::submit(tx, &root, op.clone(), SystemTime::now())).unwrap()
+    store
+        .run(|tx| operations::submit(tx, &root, op.clone(), SystemTime::now()))
+        .unwrap()
 }
 
 fn stored_bytes(store: &Store, op_id: &str) -> Vec<u8> {
     let root = store.root().clone();
-    store.read(|tx| operations::get(tx, &root, op_id)).unwrap().unwrap().encode_to_vec()
+    store
+        .read(|tx| operations::get(tx, &root, op_id))
+        .unwrap()
+        .unwrap()
+        .encode_to_vec()
 }
 
 #[test]
 fn submit_creates_replays_and_refuses_conflicts() {
     let t = test_store("submit");
     let s = &t.store;
-    let SubmitOutcome::Created(created) = submit(s, operation("op-1", "0xA", "f1")) else { panic!() };
+    let SubmitOutcome::Created(created) = submit(s, operation("op-1", "0xA", "f1")) else {
+        panic!()
+    };
     assert_eq!(created.revision, 1);
     let before = stored_bytes(s, "op-1");
-    assert_eq!(submit(s, operation("op-1", "0xA", "f1")), SubmitOutcome::Replayed(created.clone()));
-    assert_eq!(submit(s, operation("op-1", "0xA", "f2")), SubmitOutcome::Conflict(created));
-    assert_eq!(stored_bytes(s, "op-1"), before, "neither replay nor conflict wrote anything");
+    assert_eq!(
+        submit(s, operation("op-1", "0xA", "f1")),
+        SubmitOutcome::Replayed(created.clone())
+    );
+    assert_eq!(
+        submit(s, operation("op-1", "0xA", "f2")),
+        SubmitOutcome::Conflict(created)
+    );
+    assert_eq!(
+        stored_bytes(s, "op-1"),
+        before,
+        "neither replay nor conflict wrote anything"
+    );
 }
 
 #[test]
@@ -45,20 +63,35 @@ fn cancel_follows_the_lifecycle() {
     let t = test_store("cancel");
     let s = &t.store;
     let root = s.root().clone();
-    let cancel = |op_id: &str| s.run(|tx| operations::cancel(tx, &root, op_id, SystemTime::now())).unwrap();
+    let cancel = |op_id: &str| {
+        s.run(|tx| operations::cancel(tx, &root, op_id, SystemTime::now()))
+            .unwrap()
+    };
     assert_eq!(cancel("missing"), CancelOutcome::NotFound);
 
     submit(s, operation("received", "0xA", "f"));
-    let CancelOutcome::Cancelled(op) = cancel("received") else { panic!() };
+    let CancelOutcome::Cancelled(op) = cancel("received") else {
+        panic!()
+    };
     assert_eq!(op.state(), pb::OperationState::Cancelled);
-    assert_eq!(cancel("received"), CancelOutcome::Cancelled(op), "cancelling again is a replay");
+    assert_eq!(
+        cancel("received"),
+        CancelOutcome::Cancelled(op),
+        "cancelling again is a replay"
+    );
 
     let mut signed = operation("signed", "0xA", "f");
     signed.state = pb::OperationState::Signed.into();
     submit(s, signed);
-    let CancelOutcome::Requested(op) = cancel("signed") else { panic!() };
+    let CancelOutcome::Requested(op) = cancel("signed") else {
+        panic!()
+    };
     assert!(op.cancel_requested);
-    assert_eq!(op.state(), pb::OperationState::Signed, "a signed payload may land: state unchanged");
+    assert_eq!(
+        op.state(),
+        pb::OperationState::Signed,
+        "a signed payload may land: state unchanged"
+    );
     assert_eq!(cancel("signed"), CancelOutcome::Requested(op.clone()));
     assert_eq!(op.revision, 2, "the repeat wrote nothing");
 
@@ -79,7 +112,8 @@ fn list_filters_and_pages_without_gaps_or_repeats() {
     }
     let cancel_root = root.clone();
     for i in [0, 3, 4] {
-        s.run(|tx| operations::cancel(tx, &cancel_root, &format!("op-{i:02}"), SystemTime::now())).unwrap();
+        s.run(|tx| operations::cancel(tx, &cancel_root, &format!("op-{i:02}"), SystemTime::now()))
+            .unwrap();
     }
     let list_all = |filter: ListFilter, page_size: usize| {
         let mut cursor: Option<Vec<u8>> = None;
@@ -98,14 +132,30 @@ fn list_filters_and_pages_without_gaps_or_repeats() {
         }
     };
     let all = list_all(ListFilter::default(), 7);
-    assert_eq!(all, (0..25).map(|i| format!("op-{i:02}")).collect::<Vec<_>>());
+    assert_eq!(
+        all,
+        (0..25).map(|i| format!("op-{i:02}")).collect::<Vec<_>>()
+    );
     let odd = list_all(
-        ListFilter { chain: Some("eip155:31337".into()), account: Some("0xOdd".into()), state: None },
+        ListFilter {
+            chain: Some("eip155:31337".into()),
+            account: Some("0xOdd".into()),
+            state: None,
+        },
         5,
     );
     assert_eq!(odd.len(), 12);
-    assert!(odd.iter().all(|id| id[3..].parse::<u32>().unwrap() % 2 == 1));
-    let cancelled = list_all(ListFilter { state: Some(pb::OperationState::Cancelled), ..Default::default() }, 2);
+    assert!(
+        odd.iter()
+            .all(|id| id[3..].parse::<u32>().unwrap() % 2 == 1)
+    );
+    let cancelled = list_all(
+        ListFilter {
+            state: Some(pb::OperationState::Cancelled),
+            ..Default::default()
+        },
+        2,
+    );
     assert_eq!(cancelled, ["op-00", "op-03", "op-04"]);
     let even_cancelled = list_all(
         ListFilter {
@@ -116,13 +166,29 @@ fn list_filters_and_pages_without_gaps_or_repeats() {
         10,
     );
     assert_eq!(even_cancelled, ["op-00", "op-04"]);
-    let other_chain = list_all(ListFilter { chain: Some("eip155:1".into()), ..Default::default() }, 10);
+    let other_chain = list_all(
+        ListFilter {
+            chain: Some("eip155:1".into()),
+            ..Default::default()
+        },
+        10,
+    );
     assert!(other_chain.is_empty());
     // A full last page carries no token.
-    let page = s.read(|tx| operations::list(tx, &root, &ListFilter::default(), None, 25)).unwrap().unwrap();
+    let page = s
+        .read(|tx| operations::list(tx, &root, &ListFilter::default(), None, 25))
+        .unwrap()
+        .unwrap();
     assert_eq!((page.operations.len(), page.next_cursor), (25, None));
     // A cursor from another listing is refused.
     let bogus = root.pack(&("zzz",));
-    let filter = ListFilter { state: Some(pb::OperationState::Received), ..Default::default() };
-    assert!(s.read(|tx| operations::list(tx, &root, &filter, Some(&bogus), 5)).unwrap().is_err());
+    let filter = ListFilter {
+        state: Some(pb::OperationState::Received),
+        ..Default::default()
+    };
+    assert!(
+        s.read(|tx| operations::list(tx, &root, &filter, Some(&bogus), 5))
+            .unwrap()
+            .is_err()
+    );
 }

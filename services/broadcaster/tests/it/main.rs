@@ -12,7 +12,10 @@ fn a_bad_configuration_is_refused_naming_the_setting() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("confirmations"), "{stderr}");
 
-    let help = Command::new(env!("CARGO_BIN_EXE_sigcast-broadcaster")).arg("--help").output().unwrap();
+    let help = Command::new(env!("CARGO_BIN_EXE_sigcast-broadcaster"))
+        .arg("--help")
+        .output()
+        .unwrap();
     assert!(help.status.success());
     assert!(String::from_utf8_lossy(&help.stdout).contains("--config"));
 }

@@ -39,8 +39,16 @@ impl Rig {
         let server = tokio::spawn(sigcast_gateway::run(config.clone(), listener, async move {
             let _ = stopped.await;
         }));
-        let client = OperationServiceClient::connect(format!("http://{addr}")).await.unwrap();
-        Self { client, config, stop: Some(stop), server: Some(server), _dir: dir }
+        let client = OperationServiceClient::connect(format!("http://{addr}"))
+            .await
+            .unwrap();
+        Self {
+            client,
+            config,
+            stop: Some(stop),
+            server: Some(server),
+            _dir: dir,
+        }
     }
 
     /// A second handle on the gateway's store, as another process would open it.
@@ -52,8 +60,12 @@ impl Rig {
     pub(crate) fn snapshot(&self) -> Vec<u8> {
         let store = self.store();
         let (begin, end) = store.root().range();
-        let rows = store.read(|tx| tx.get_range(&begin, &end, usize::MAX, false)).unwrap();
-        rows.into_iter().flat_map(|(k, v)| k.into_iter().chain(v)).collect()
+        let rows = store
+            .read(|tx| tx.get_range(&begin, &end, usize::MAX, false))
+            .unwrap();
+        rows.into_iter()
+            .flat_map(|(k, v)| k.into_iter().chain(v))
+            .collect()
     }
 
     pub(crate) fn stop(&mut self) {

@@ -11,14 +11,32 @@ use tonic::Code;
 async fn unknown_op_ids_are_not_found_and_bad_ones_invalid() {
     let rig = Rig::start().await;
     let mut client = rig.client.clone();
-    let status = client.get_operation(pb::GetOperationRequest { op_id: "nope".into() }).await.unwrap_err();
+    let status = client
+        .get_operation(pb::GetOperationRequest {
+            op_id: "nope".into(),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::NotFound);
     assert!(status.message().contains("nope"));
-    let status = client.get_operation(pb::GetOperationRequest { op_id: "".into() }).await.unwrap_err();
+    let status = client
+        .get_operation(pb::GetOperationRequest { op_id: "".into() })
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
-    let status = client.cancel_operation(pb::CancelOperationRequest { op_id: "nope".into() }).await.unwrap_err();
+    let status = client
+        .cancel_operation(pb::CancelOperationRequest {
+            op_id: "nope".into(),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::NotFound);
-    let status = client.watch_operation(pb::WatchOperationRequest { op_id: "nope".into() }).await.unwrap_err();
+    let status = client
+        .watch_operation(pb::WatchOperationRequest {
+            op_id: "nope".into(),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::NotFound);
 }
 
@@ -27,15 +45,27 @@ async fn list_pages_and_filters() {
     let rig = Rig::start().await;
     let mut client = rig.client.clone();
     for i in 0..12 {
-        client.submit_operation(transfer(&format!("op-{i:02}"), &i.to_string())).await.unwrap();
+        client
+            .submit_operation(transfer(&format!("op-{i:02}"), &i.to_string()))
+            .await
+            .unwrap();
     }
-    client.cancel_operation(pb::CancelOperationRequest { op_id: "op-05".into() }).await.unwrap();
+    client
+        .cancel_operation(pb::CancelOperationRequest {
+            op_id: "op-05".into(),
+        })
+        .await
+        .unwrap();
 
     let mut seen = Vec::new();
     let mut page_token = String::new();
     loop {
         let page = client
-            .list_operations(pb::ListOperationsRequest { page_size: 5, page_token, ..Default::default() })
+            .list_operations(pb::ListOperationsRequest {
+                page_size: 5,
+                page_token,
+                ..Default::default()
+            })
             .await
             .unwrap()
             .into_inner();
@@ -45,7 +75,10 @@ async fn list_pages_and_filters() {
         }
         page_token = page.next_page_token;
     }
-    assert_eq!(seen, (0..12).map(|i| format!("op-{i:02}")).collect::<Vec<_>>());
+    assert_eq!(
+        seen,
+        (0..12).map(|i| format!("op-{i:02}")).collect::<Vec<_>>()
+    );
 
     let by_account = client
         .list_operations(pb::ListOperationsRequest {
@@ -57,19 +90,66 @@ async fn list_pages_and_filters() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(by_account.operations.iter().map(|o| o.op_id.as_str()).collect::<Vec<_>>(), ["op-05"]);
+    assert_eq!(
+        by_account
+            .operations
+            .iter()
+            .map(|o| o.op_id.as_str())
+            .collect::<Vec<_>>(),
+        ["op-05"]
+    );
 
     for (request, field) in [
-        (pb::ListOperationsRequest { chain: "bitcoin".into(), ..Default::default() }, "chain"),
-        (pb::ListOperationsRequest { account: ALICE.into(), ..Default::default() }, "account"),
-        (pb::ListOperationsRequest { page_size: 1001, ..Default::default() }, "page_size"),
-        (pb::ListOperationsRequest { page_token: "zz".into(), ..Default::default() }, "page_token"),
-        (pb::ListOperationsRequest { page_token: "00".into(), ..Default::default() }, "page_token"),
-        (pb::ListOperationsRequest { state: 99, ..Default::default() }, "state"),
+        (
+            pb::ListOperationsRequest {
+                chain: "bitcoin".into(),
+                ..Default::default()
+            },
+            "chain",
+        ),
+        (
+            pb::ListOperationsRequest {
+                account: ALICE.into(),
+                ..Default::default()
+            },
+            "account",
+        ),
+        (
+            pb::ListOperationsRequest {
+                page_size: 1001,
+                ..Default::default()
+            },
+            "page_size",
+        ),
+        (
+            pb::ListOperationsRequest {
+                page_token: "zz".into(),
+                ..Default::default()
+            },
+            "page_token",
+        ),
+        (
+            pb::ListOperationsRequest {
+                page_token: "00".into(),
+                ..Default::default()
+            },
+            "page_token",
+        ),
+        (
+            pb::ListOperationsRequest {
+                state: 99,
+                ..Default::default()
+            },
+            "state",
+        ),
     ] {
         let status = client.list_operations(request).await.unwrap_err();
         assert_eq!(status.code(), Code::InvalidArgument, "{field}");
-        assert!(status.message().contains(field), "{field}: {}", status.message());
+        assert!(
+            status.message().contains(field),
+            "{field}: {}",
+            status.message()
+        );
     }
 }
 
@@ -77,9 +157,14 @@ async fn list_pages_and_filters() {
 async fn watch_streams_changes_until_terminal() {
     let rig = Rig::start().await;
     let mut client = rig.client.clone();
-    client.submit_operation(transfer("watched", "1")).await.unwrap();
+    client
+        .submit_operation(transfer("watched", "1"))
+        .await
+        .unwrap();
     let mut stream = client
-        .watch_operation(pb::WatchOperationRequest { op_id: "watched".into() })
+        .watch_operation(pb::WatchOperationRequest {
+            op_id: "watched".into(),
+        })
         .await
         .unwrap()
         .into_inner();
@@ -104,7 +189,9 @@ async fn watch_streams_changes_until_terminal() {
 
     // Signed: cancel is only requested; then it lands and the watch ends.
     let requested = client
-        .cancel_operation(pb::CancelOperationRequest { op_id: "watched".into() })
+        .cancel_operation(pb::CancelOperationRequest {
+            op_id: "watched".into(),
+        })
         .await
         .unwrap()
         .into_inner()
@@ -124,28 +211,61 @@ async fn watch_streams_changes_until_terminal() {
         .unwrap();
     let last = stream.next().await.unwrap().unwrap().operation.unwrap();
     assert_eq!(last.state(), pb::OperationState::Confirmed);
-    assert!(stream.next().await.is_none(), "the stream ends after a terminal state");
+    assert!(
+        stream.next().await.is_none(),
+        "the stream ends after a terminal state"
+    );
 
     let status = client
-        .cancel_operation(pb::CancelOperationRequest { op_id: "watched".into() })
+        .cancel_operation(pb::CancelOperationRequest {
+            op_id: "watched".into(),
+        })
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::FailedPrecondition);
-    assert!(status.message().contains("OPERATION_STATE_CONFIRMED"), "{}", status.message());
+    assert!(
+        status.message().contains("OPERATION_STATE_CONFIRMED"),
+        "{}",
+        status.message()
+    );
 }
 
 #[tokio::test]
 async fn cancel_before_signing_is_immediate_and_idempotent() {
     let rig = Rig::start().await;
     let mut client = rig.client.clone();
-    client.submit_operation(transfer("to-cancel", "1")).await.unwrap();
-    let cancel = pb::CancelOperationRequest { op_id: "to-cancel".into() };
-    let first = client.cancel_operation(cancel.clone()).await.unwrap().into_inner().operation.unwrap();
+    client
+        .submit_operation(transfer("to-cancel", "1"))
+        .await
+        .unwrap();
+    let cancel = pb::CancelOperationRequest {
+        op_id: "to-cancel".into(),
+    };
+    let first = client
+        .cancel_operation(cancel.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .operation
+        .unwrap();
     assert_eq!(first.state(), pb::OperationState::Cancelled);
-    let again = client.cancel_operation(cancel).await.unwrap().into_inner().operation.unwrap();
+    let again = client
+        .cancel_operation(cancel)
+        .await
+        .unwrap()
+        .into_inner()
+        .operation
+        .unwrap();
     assert_eq!(again, first, "a retried cancel returns the same operation");
     // Resubmitting the cancelled op_id replays it; it is not revived.
-    let replay = client.submit_operation(transfer("to-cancel", "1")).await.unwrap().into_inner();
+    let replay = client
+        .submit_operation(transfer("to-cancel", "1"))
+        .await
+        .unwrap()
+        .into_inner();
     assert!(replay.replayed);
-    assert_eq!(replay.operation.unwrap().state(), pb::OperationState::Cancelled);
+    assert_eq!(
+        replay.operation.unwrap().state(),
+        pb::OperationState::Cancelled
+    );
 }

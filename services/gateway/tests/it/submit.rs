@@ -18,12 +18,22 @@ async fn a_thousand_concurrent_identical_submits_make_one_operation() {
         .collect();
     let mut responses = Vec::new();
     for call in calls {
-        responses.push(call.await.unwrap().expect("every call succeeds").into_inner());
+        responses.push(
+            call.await
+                .unwrap()
+                .expect("every call succeeds")
+                .into_inner(),
+        );
     }
     let fresh = responses.iter().filter(|r| !r.replayed).count();
     assert_eq!(fresh, 1, "exactly one call created the operation");
     let first = responses[0].operation.clone().unwrap();
-    assert!(responses.iter().all(|r| r.operation.as_ref() == Some(&first)), "every call returns the same operation");
+    assert!(
+        responses
+            .iter()
+            .all(|r| r.operation.as_ref() == Some(&first)),
+        "every call returns the same operation"
+    );
     let listed = rig
         .client
         .clone()
@@ -38,32 +48,68 @@ async fn a_thousand_concurrent_identical_submits_make_one_operation() {
 async fn the_same_op_id_with_another_intent_is_already_exists_and_changes_nothing() {
     let rig = Rig::start().await;
     let mut client = rig.client.clone();
-    let created = client.submit_operation(transfer("pay-2", "1000")).await.unwrap().into_inner();
+    let created = client
+        .submit_operation(transfer("pay-2", "1000"))
+        .await
+        .unwrap()
+        .into_inner();
     let before = rig.snapshot();
     let stored_before = get(&rig, "pay-2").await.encode_to_vec();
 
-    let status = client.submit_operation(transfer("pay-2", "1001")).await.unwrap_err();
+    let status = client
+        .submit_operation(transfer("pay-2", "1001"))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::AlreadyExists);
     assert!(status.message().contains("pay-2"), "{}", status.message());
     let info = status.get_details_error_info().expect("ErrorInfo detail");
     assert_eq!(info.reason, "OP_ID_CONFLICT");
-    assert_eq!(info.metadata["stored_fingerprint"], created.operation.unwrap().intent_fingerprint);
-    assert_ne!(info.metadata["submitted_fingerprint"], info.metadata["stored_fingerprint"]);
+    assert_eq!(
+        info.metadata["stored_fingerprint"],
+        created.operation.unwrap().intent_fingerprint
+    );
+    assert_ne!(
+        info.metadata["submitted_fingerprint"],
+        info.metadata["stored_fingerprint"]
+    );
 
-    assert_eq!(get(&rig, "pay-2").await.encode_to_vec(), stored_before, "stored operation byte-identical");
+    assert_eq!(
+        get(&rig, "pay-2").await.encode_to_vec(),
+        stored_before,
+        "stored operation byte-identical"
+    );
     assert_eq!(rig.snapshot(), before, "nothing in the store changed");
 
     // The same intent spelled differently (lowercase address, leading zeros) is a replay.
     let mut respelled = transfer("pay-2", "0001000");
-    if let Some(pb::Intent { kind: Some(Kind::EvmTransfer(t)) }) = respelled.intent.as_mut() {
+    if let Some(pb::Intent {
+        kind: Some(Kind::EvmTransfer(t)),
+    }) = respelled.intent.as_mut()
+    {
         t.from = ALICE.to_lowercase();
     }
-    assert!(client.submit_operation(respelled).await.unwrap().into_inner().replayed);
+    assert!(
+        client
+            .submit_operation(respelled)
+            .await
+            .unwrap()
+            .into_inner()
+            .replayed
+    );
 }
 
 async fn get(rig: &Rig, op_id: &str) -> pb::Operation {
-    let request = pb::GetOperationRequest { op_id: op_id.into() };
-    rig.client.clone().get_operation(request).await.unwrap().into_inner().operation.unwrap()
+    let request = pb::GetOperationRequest {
+        op_id: op_id.into(),
+    };
+    rig.client
+        .clone()
+        .get_operation(request)
+        .await
+        .unwrap()
+        .into_inner()
+        .operation
+        .unwrap()
 }
 
 fn evm_transfer(chain_id: u64, from: &str, to: &str, value_wei: &str) -> Option<pb::Intent> {
@@ -108,9 +154,13 @@ fn sol_transfer(cluster: &str, to: &str, lamports: &str) -> Option<pb::Intent> {
 async fn malformed_requests_are_invalid_argument_naming_the_field_and_change_nothing() {
     let rig = Rig::start().await;
     let mut client = rig.client.clone();
-    client.submit_operation(transfer("existing", "1")).await.unwrap();
+    client
+        .submit_operation(transfer("existing", "1"))
+        .await
+        .unwrap();
     let ok = || evm_transfer(31337, ALICE, BOB, "1");
-    let u256_plus_one = "115792089237316195423570985008687907853269984665640564039457584007913129639936";
+    let u256_plus_one =
+        "115792089237316195423570985008687907853269984665640564039457584007913129639936";
     let cases: Vec<(&str, String, Option<pb::Intent>, &str)> = vec![
         ("empty op_id", String::new(), ok(), "op_id"),
         ("oversized op_id", "x".repeat(129), ok(), "op_id"),
@@ -118,26 +168,131 @@ async fn malformed_requests_are_invalid_argument_naming_the_field_and_change_not
         ("op_id with a slash", "a/b".into(), ok(), "op_id"),
         ("op_id with non-ASCII", "zahlung-ä".into(), ok(), "op_id"),
         ("op_id with a NUL", "a\0b".into(), ok(), "op_id"),
-        ("short address", "t1".into(), evm_transfer(31337, ALICE, "0x1234", "1"), "intent.evm_transfer.to"),
-        ("address without 0x", "t2".into(), evm_transfer(31337, &ALICE[2..], BOB, "1"), "intent.evm_transfer.from"),
-        ("bad checksum", "t3".into(), evm_transfer(31337, ALICE, "0x70997970c51812dc3A010C7d01b50e0d17dc79C8", "1"), "intent.evm_transfer.to"),
-        ("non-hex address", "t4".into(), evm_transfer(31337, ALICE, "0xZZ997970c51812dc3a010c7d01b50e0d17dc79c8", "1"), "intent.evm_transfer.to"),
-        ("negative amount", "t5".into(), evm_transfer(31337, ALICE, BOB, "-1"), "intent.evm_transfer.value_wei"),
-        ("fractional amount", "t6".into(), evm_transfer(31337, ALICE, BOB, "1.5"), "intent.evm_transfer.value_wei"),
-        ("overflowing amount", "t7".into(), evm_transfer(31337, ALICE, BOB, u256_plus_one), "intent.evm_transfer.value_wei"),
-        ("hex amount", "t8".into(), evm_transfer(31337, ALICE, BOB, "0x10"), "intent.evm_transfer.value_wei"),
-        ("word amount", "t9".into(), evm_transfer(31337, ALICE, BOB, "ten"), "intent.evm_transfer.value_wei"),
-        ("empty amount", "t10".into(), evm_transfer(31337, ALICE, BOB, ""), "intent.evm_transfer.value_wei"),
-        ("exponent amount", "t11".into(), evm_transfer(31337, ALICE, BOB, "1e18"), "intent.evm_transfer.value_wei"),
-        ("unknown EVM chain", "t12".into(), evm_transfer(1, ALICE, BOB, "1"), "intent.evm_transfer.chain_id"),
-        ("unknown Solana cluster", "t13".into(), sol_transfer("mainnet-beta", SOL_B, "1"), "intent.solana_transfer.cluster"),
-        ("bad pubkey", "t14".into(), sol_transfer("localnet", "not-base58-0OIl", "1"), "intent.solana_transfer.to"),
-        ("short pubkey", "t15".into(), sol_transfer("localnet", "1111", "1"), "intent.solana_transfer.to"),
-        ("overflowing lamports", "t16".into(), sol_transfer("localnet", SOL_B, "18446744073709551616"), "intent.solana_transfer.lamports"),
+        (
+            "short address",
+            "t1".into(),
+            evm_transfer(31337, ALICE, "0x1234", "1"),
+            "intent.evm_transfer.to",
+        ),
+        (
+            "address without 0x",
+            "t2".into(),
+            evm_transfer(31337, &ALICE[2..], BOB, "1"),
+            "intent.evm_transfer.from",
+        ),
+        (
+            "bad checksum",
+            "t3".into(),
+            evm_transfer(
+                31337,
+                ALICE,
+                "0x70997970c51812dc3A010C7d01b50e0d17dc79C8",
+                "1",
+            ),
+            "intent.evm_transfer.to",
+        ),
+        (
+            "non-hex address",
+            "t4".into(),
+            evm_transfer(
+                31337,
+                ALICE,
+                "0xZZ997970c51812dc3a010c7d01b50e0d17dc79c8",
+                "1",
+            ),
+            "intent.evm_transfer.to",
+        ),
+        (
+            "negative amount",
+            "t5".into(),
+            evm_transfer(31337, ALICE, BOB, "-1"),
+            "intent.evm_transfer.value_wei",
+        ),
+        (
+            "fractional amount",
+            "t6".into(),
+            evm_transfer(31337, ALICE, BOB, "1.5"),
+            "intent.evm_transfer.value_wei",
+        ),
+        (
+            "overflowing amount",
+            "t7".into(),
+            evm_transfer(31337, ALICE, BOB, u256_plus_one),
+            "intent.evm_transfer.value_wei",
+        ),
+        (
+            "hex amount",
+            "t8".into(),
+            evm_transfer(31337, ALICE, BOB, "0x10"),
+            "intent.evm_transfer.value_wei",
+        ),
+        (
+            "word amount",
+            "t9".into(),
+            evm_transfer(31337, ALICE, BOB, "ten"),
+            "intent.evm_transfer.value_wei",
+        ),
+        (
+            "empty amount",
+            "t10".into(),
+            evm_transfer(31337, ALICE, BOB, ""),
+            "intent.evm_transfer.value_wei",
+        ),
+        (
+            "exponent amount",
+            "t11".into(),
+            evm_transfer(31337, ALICE, BOB, "1e18"),
+            "intent.evm_transfer.value_wei",
+        ),
+        (
+            "unknown EVM chain",
+            "t12".into(),
+            evm_transfer(1, ALICE, BOB, "1"),
+            "intent.evm_transfer.chain_id",
+        ),
+        (
+            "unknown Solana cluster",
+            "t13".into(),
+            sol_transfer("mainnet-beta", SOL_B, "1"),
+            "intent.solana_transfer.cluster",
+        ),
+        (
+            "bad pubkey",
+            "t14".into(),
+            sol_transfer("localnet", "not-base58-0OIl", "1"),
+            "intent.solana_transfer.to",
+        ),
+        (
+            "short pubkey",
+            "t15".into(),
+            sol_transfer("localnet", "1111", "1"),
+            "intent.solana_transfer.to",
+        ),
+        (
+            "overflowing lamports",
+            "t16".into(),
+            sol_transfer("localnet", SOL_B, "18446744073709551616"),
+            "intent.solana_transfer.lamports",
+        ),
         ("missing intent", "t17".into(), None, "intent"),
-        ("intent without a kind", "t18".into(), Some(pb::Intent { kind: None }), "intent"),
-        ("oversized call data", "t19".into(), evm_call(vec![0xab; 128 * 1024 + 1], None), "intent.evm_contract_call.data"),
-        ("zero gas limit", "t20".into(), evm_call(vec![1, 2, 3, 4], Some(0)), "intent.evm_contract_call.gas_limit"),
+        (
+            "intent without a kind",
+            "t18".into(),
+            Some(pb::Intent { kind: None }),
+            "intent",
+        ),
+        (
+            "oversized call data",
+            "t19".into(),
+            evm_call(vec![0xab; 128 * 1024 + 1], None),
+            "intent.evm_contract_call.data",
+        ),
+        (
+            "zero gas limit",
+            "t20".into(),
+            evm_call(vec![1, 2, 3, 4], Some(0)),
+            "intent.evm_contract_call.gas_limit",
+        ),
         (
             "no instructions",
             "t21".into(),
@@ -154,16 +309,33 @@ async fn malformed_requests_are_invalid_argument_naming_the_field_and_change_not
     let before = rig.snapshot();
     for (case, op_id, intent, field) in cases {
         let status = client
-            .submit_operation(pb::SubmitOperationRequest { op_id: op_id.clone(), intent })
+            .submit_operation(pb::SubmitOperationRequest {
+                op_id: op_id.clone(),
+                intent,
+            })
             .await
             .expect_err(case);
         assert_eq!(status.code(), Code::InvalidArgument, "{case}: {status:?}");
-        let bad_request = status.get_details_bad_request().unwrap_or_else(|| panic!("{case}: no BadRequest"));
-        let fields: Vec<_> = bad_request.field_violations.iter().map(|v| v.field.as_str()).collect();
+        let bad_request = status
+            .get_details_bad_request()
+            .unwrap_or_else(|| panic!("{case}: no BadRequest"));
+        let fields: Vec<_> = bad_request
+            .field_violations
+            .iter()
+            .map(|v| v.field.as_str())
+            .collect();
         assert_eq!(fields, [field], "{case}");
-        assert!(status.message().contains(field), "{case}: message names the field: {}", status.message());
+        assert!(
+            status.message().contains(field),
+            "{case}: message names the field: {}",
+            status.message()
+        );
     }
-    assert_eq!(rig.snapshot(), before, "no malformed request changed the store");
+    assert_eq!(
+        rig.snapshot(),
+        before,
+        "no malformed request changed the store"
+    );
 }
 
 #[tokio::test]
@@ -180,7 +352,11 @@ async fn every_intent_kind_is_accepted_in_canonical_form() {
                 fee_payer: SOL_A.into(),
                 instructions: vec![pb::SolanaInstruction {
                     program_id: SOL_B.into(),
-                    accounts: vec![pb::SolanaAccountMeta { pubkey: SOL_A.into(), is_signer: true, is_writable: true }],
+                    accounts: vec![pb::SolanaAccountMeta {
+                        pubkey: SOL_A.into(),
+                        is_signer: true,
+                        is_writable: true,
+                    }],
                     data: vec![2, 0, 0, 0],
                 }],
             })),
@@ -189,16 +365,28 @@ async fn every_intent_kind_is_accepted_in_canonical_form() {
     for (i, intent) in intents.into_iter().enumerate() {
         let op_id = format!("kind-{i}");
         let response = client
-            .submit_operation(pb::SubmitOperationRequest { op_id: op_id.clone(), intent })
+            .submit_operation(pb::SubmitOperationRequest {
+                op_id: op_id.clone(),
+                intent,
+            })
             .await
             .unwrap()
             .into_inner();
         let op = response.operation.unwrap();
-        assert_eq!((op.op_id.as_str(), op.state()), (op_id.as_str(), pb::OperationState::Received));
+        assert_eq!(
+            (op.op_id.as_str(), op.state()),
+            (op_id.as_str(), pb::OperationState::Received)
+        );
         assert_eq!(op.intent_fingerprint.len(), 64);
         if i == 0 {
-            let Some(Kind::EvmTransfer(t)) = op.intent.unwrap().kind else { panic!() };
-            assert_eq!((t.from.as_str(), t.value_wei.as_str()), (ALICE, "7"), "stored normalized");
+            let Some(Kind::EvmTransfer(t)) = op.intent.unwrap().kind else {
+                panic!()
+            };
+            assert_eq!(
+                (t.from.as_str(), t.value_wei.as_str()),
+                (ALICE, "7"),
+                "stored normalized"
+            );
             assert_eq!(op.account, ALICE);
         }
         if i >= 2 {

@@ -19,7 +19,11 @@ fn import_dev_keys_then_list_them_and_refuse_a_wrong_passphrase() {
             .unwrap()
     };
     let imported = run(&["keys", "import-dev", "--count", "3"], "correct horse");
-    assert!(imported.status.success(), "{}", String::from_utf8_lossy(&imported.stderr));
+    assert!(
+        imported.status.success(),
+        "{}",
+        String::from_utf8_lossy(&imported.stderr)
+    );
     let listed = run(&["keys", "list"], "correct horse");
     let stdout = String::from_utf8(listed.stdout).unwrap();
     assert_eq!(stdout.lines().count(), 3, "{stdout}");
@@ -29,9 +33,17 @@ fn import_dev_keys_then_list_them_and_refuse_a_wrong_passphrase() {
     assert!(!wrong.status.success());
     let stderr = String::from_utf8_lossy(&wrong.stderr);
     assert!(stderr.contains("keystore file"), "{stderr}");
-    assert!(!stderr.contains("ac0974bec39a17e36ba4a6b4d238ff944bacb478"), "no key material in errors");
+    assert!(
+        !stderr.contains("ac0974bec39a17e36ba4a6b4d238ff944bacb478"),
+        "no key material in errors"
+    );
 
-    let missing = signer().args(["keys", "list"]).env("SIGCAST_SIGNER__KEYSTORE_DIR", &keys).env_remove("SIGCAST_SIGNER_PASSPHRASE").output().unwrap();
+    let missing = signer()
+        .args(["keys", "list"])
+        .env("SIGCAST_SIGNER__KEYSTORE_DIR", &keys)
+        .env_remove("SIGCAST_SIGNER_PASSPHRASE")
+        .output()
+        .unwrap();
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("SIGCAST_SIGNER_PASSPHRASE"));
 }

@@ -375,3 +375,102 @@ async fn a_nonce_consumed_by_an_outside_sender_rejects_with_evidence_and_later_o
         "the outside transaction and ours"
     );
 }
+
+fn contract_call(
+    op_id: &str,
+    from: &str,
+    to: &str,
+    data: Vec<u8>,
+    gas_limit: Option<u64>,
+) -> pb::SubmitOperationRequest {
+    pb::SubmitOperationRequest {
+        op_id: op_id.into(),
+        intent: Some(pb::Intent {
+            kind: Some(pb::intent::Kind::EvmContractCall(pb::EvmContractCall {
+                chain_id: 31337,
+                from: from.into(),
+                to: to.into(),
+                data,
+                value_wei: "77".into(),
+                gas_limit,
+            })),
+        }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contract_calls_with_estimated_and_fixed_gas_confirm_as_legacy_transactions() {
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        legacy: true,
+        ..Default::default()
+    })
+    .await;
+    let mut client = stack.client().await;
+    let data = vec![0xa9, 0x05, 0x9c, 0xbb, 0, 0, 0, 1];
+    client
+        .submit_operation(contract_call(
+            "estimated",
+            DEV[0],
+            &recipient(0),
+            data.clone(),
+            None,
+        ))
+        .await
+        .unwrap();
+    client
+        .submit_operation(contract_call(
+            "fixed",
+            DEV[0],
+            &recipient(0),
+            data,
+            Some(50_000),
+        ))
+        .await
+        .unwrap();
+    let done = wait_terminal(
+        &stack,
+        &["estimated".into(), "fixed".into()],
+        Duration::from_secs(60),
+    )
+    .await;
+    let node = RpcPool::new(
+        std::slice::from_ref(&stack.anvil.url),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    for (op_id, gas) in [("estimated", None), ("fixed", Some(50_000u64))] {
+        let op = &done[op_id];
+        assert_eq!(
+            op.state(),
+            pb::OperationState::Confirmed,
+            "{op_id}: {:?}\n{}",
+            op.error,
+            stack.logs()
+        );
+        let tx = node
+            .read(
+                "eth_getTransactionByHash",
+                serde_json::json!([op.result.as_ref().unwrap().tx_id]),
+            )
+            .await
+            .unwrap();
+        assert_eq!(tx["type"], "0x0", "{op_id}: legacy as configured");
+        assert_eq!(tx["input"], "0xa9059cbb00000001", "{op_id}: the call data");
+        let limit =
+            u64::from_str_radix(tx["gas"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+        match gas {
+            Some(fixed) => assert_eq!(limit, fixed, "the intent's gas limit"),
+            None => assert!(
+                limit > 21_000 && limit < 50_000,
+                "an estimate with headroom: {limit}"
+            ),
+        }
+    }
+    let to: Address = recipient(0).parse().unwrap();
+    assert_eq!(
+        node.balance(to).await.unwrap(),
+        U256::from(154u64),
+        "both calls' value"
+    );
+}

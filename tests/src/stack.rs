@@ -88,6 +88,8 @@ pub struct StackOptions {
     pub fee_bump_after_ms: u64,
     /// The broadcaster's `confirmations`.
     pub confirmations: u64,
+    /// Sign legacy (type 0) transactions instead of EIP-1559.
+    pub legacy: bool,
 }
 
 impl Default for StackOptions {
@@ -99,6 +101,7 @@ impl Default for StackOptions {
             replicas: 1,
             fee_bump_after_ms: 60_000,
             confirmations: 1,
+            legacy: false,
         }
     }
 }
@@ -130,8 +133,9 @@ impl Stack {
             path.join("sigcast.db").display()
         );
         let chain = format!(
-            "[[evm_chains]]\nchain_id = 31337\nrpc_urls = [\"{}\"]\n",
-            anvil.url
+            "[[evm_chains]]\nchain_id = 31337\nrpc_urls = [\"{}\"]\ntx_type = \"{}\"\n",
+            anvil.url,
+            if options.legacy { "legacy" } else { "eip1559" }
         );
         std::fs::write(path.join("passphrase"), "e2e passphrase\n").unwrap();
 

@@ -67,13 +67,14 @@ rpc_urls = $urls"
 
 cat >"$data/signer.toml" <<TOML
 listen = "127.0.0.1:50052"
+unix_socket = "$data/signer.sock"
 keystore_dir = "$keys"
 $store
 $chain
 TOML
 cat >"$data/broadcaster.toml" <<TOML
 listen = "127.0.0.1:50053"
-signer_url = "http://127.0.0.1:50052"
+signer_url = "unix:$data/signer.sock"
 $store
 $chain
 TOML
@@ -95,7 +96,7 @@ pids+=($!)
 "$bin/sigcast-gateway" --config "$data/gateway.toml" &
 pids+=($!)
 wait_port "$listen"
-echo "signer:      127.0.0.1:50052 (keys $keys, log $data/signer.log)" >&2
+echo "signer:      $data/signer.sock, callers checked by uid; health on 127.0.0.1:50052 (keys $keys, log $data/signer.log)" >&2
 echo "broadcaster: health on 127.0.0.1:50053 (log $data/broadcaster.log)" >&2
 echo "gateway:     $listen (store $data/sigcast.db) — try: grpcurl -plaintext $listen list" >&2
 wait -n "${pids[@]}"

@@ -276,9 +276,7 @@ async fn two_signers_and_two_broadcasters_on_one_store_allocate_each_nonce_once(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_nonce_consumed_by_an_outside_sender_rejects_with_evidence_and_later_operations_confirm()
 {
-    use sigcast_proto::sigcast::signer::v1::{
-        SignOperationRequest, signer_service_client::SignerServiceClient,
-    };
+    use sigcast_proto::sigcast::signer::v1::SignOperationRequest;
     let mut stack = Stack::start(StackOptions {
         accounts: 1,
         ..Default::default()
@@ -290,7 +288,7 @@ async fn a_nonce_consumed_by_an_outside_sender_rejects_with_evidence_and_later_o
         .submit_operation(transfer("victim", DEV[0], &recipient(0), 5_000))
         .await
         .unwrap();
-    let mut signer = SignerServiceClient::connect(format!("http://{}", stack.signers[0].addr))
+    let mut signer = sigcast_e2e::signer_client(&stack.signer_socket(0))
         .await
         .unwrap();
     let signed = signer

@@ -5,5 +5,6 @@ mod direct;
 mod endpoints;
 mod evm;
 mod gateway;
+mod keys;
 mod naive;
 mod replacements;

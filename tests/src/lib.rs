@@ -6,7 +6,7 @@ mod proxy;
 mod stack;
 
 pub use proxy::{Fault, FaultProxy, ProxyStats};
-pub use stack::{Anvil, Stack, StackOptions};
+pub use stack::{Anvil, Stack, StackOptions, signer_client};
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -130,6 +130,11 @@ impl Service {
     /// Its log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Its process id (0 when stopped).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
     }
 
     /// `kill -9`: no shutdown, no cleanup.

@@ -90,6 +90,10 @@ pub struct StackOptions {
     pub confirmations: u64,
     /// Sign legacy (type 0) transactions instead of EIP-1559.
     pub legacy: bool,
+    /// Extra top-level settings of the signer (`key = value` lines).
+    pub signer_settings: String,
+    /// Extra tables of the signer's config (e.g. `[[policies]]`).
+    pub signer_tables: String,
 }
 
 impl Default for StackOptions {
@@ -102,8 +106,35 @@ impl Default for StackOptions {
             fee_bump_after_ms: 60_000,
             confirmations: 1,
             legacy: false,
+            signer_settings: String::new(),
+            signer_tables: String::new(),
         }
     }
+}
+
+/// A client of a signer's Unix socket (as the broadcaster connects).
+pub async fn signer_client(
+    socket: &Path,
+) -> Result<
+    sigcast_proto::sigcast::signer::v1::signer_service_client::SignerServiceClient<Channel>,
+    tonic::transport::Error,
+> {
+    let path = socket.to_path_buf();
+    let connector = tower::service_fn(move |_: tonic::transport::Uri| {
+        let path = path.clone();
+        async move {
+            let stream = tokio::net::UnixStream::connect(path).await?;
+            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+        }
+    });
+    let channel = tonic::transport::Endpoint::from_static("http://signer.sock")
+        .connect_with_connector(connector)
+        .await?;
+    Ok(
+        sigcast_proto::sigcast::signer::v1::signer_service_client::SignerServiceClient::new(
+            channel,
+        ),
+    )
 }
 
 /// anvil + signer + broadcaster + gateway on one SQLite store.
@@ -178,15 +209,24 @@ impl Stack {
             let replica_dir = path.join(format!("replica-{replica}"));
             std::fs::create_dir_all(&replica_dir).unwrap();
             let signer_addr = free_addr();
-            let signer_toml = format!("listen = \"{signer_addr}\"\n{keys}{store}{chain}");
+            // The signer API on a Unix socket, callers checked by uid; TCP serves health only.
+            let socket = replica_dir.join("signer.sock");
+            let signer_toml = format!(
+                "listen = \"{signer_addr}\"\nunix_socket = \"{}\"\n{}{keys}{store}{chain}{}",
+                socket.display(),
+                options.signer_settings,
+                options.signer_tables
+            );
             signers.push(
                 Service::start("sigcast-signer", &replica_dir, signer_addr, &signer_toml).await,
             );
             let broadcaster_addr = free_addr();
             let broadcaster_toml = format!(
-                "listen = \"{broadcaster_addr}\"\nsigner_url = \"http://{signer_addr}\"\npoll_ms = 100\n\
+                "listen = \"{broadcaster_addr}\"\nsigner_url = \"unix:{}\"\npoll_ms = 100\n\
                  rpc_timeout_ms = 2000\nrebroadcast_ms = 3000\nfee_bump_after_ms = {}\nconfirmations = {}\n{store}{send_chain}",
-                options.fee_bump_after_ms, options.confirmations
+                socket.display(),
+                options.fee_bump_after_ms,
+                options.confirmations
             );
             broadcasters.push(
                 Service::start(
@@ -209,6 +249,14 @@ impl Stack {
             gateway,
             dir,
         }
+    }
+
+    /// The Unix socket of the i-th signer.
+    pub fn signer_socket(&self, replica: usize) -> PathBuf {
+        self.dir
+            .path()
+            .join(format!("replica-{replica}"))
+            .join("signer.sock")
     }
 
     /// A client of the gateway.

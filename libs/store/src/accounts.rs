@@ -151,3 +151,68 @@ pub fn payload(
 ) -> Result<Option<Vec<u8>>> {
     tx.get(&payload_key(root, op_id, attempt))
 }
+
+fn spend_key(root: &Subspace, chain: &str, account: &str, at_millis: i64, op_id: &str) -> Vec<u8> {
+    root.pack(&("spend", chain, account, at_millis, op_id))
+}
+
+/// Records that `op_id` committed `value` (32-byte big-endian) of `account` at `at_millis`,
+/// for rolling-window limits. Idempotent by (time, op_id).
+pub fn record_spend(
+    tx: &mut dyn KvTransaction,
+    root: &Subspace,
+    chain: &str,
+    account: &str,
+    at_millis: i64,
+    op_id: &str,
+    value: &[u8; 32],
+) -> Result<()> {
+    tx.set(&spend_key(root, chain, account, at_millis, op_id), value)
+}
+
+/// The values `account` committed at or after `since_millis`.
+pub fn spent_since(
+    tx: &mut dyn KvRead,
+    root: &Subspace,
+    chain: &str,
+    account: &str,
+    since_millis: i64,
+) -> Result<Vec<Vec<u8>>> {
+    let begin = root.pack(&("spend", chain, account, since_millis));
+    let (_, end) = root.subspace(&("spend", chain, account)).range();
+    Ok(tx
+        .get_range(&begin, &end, usize::MAX, false)?
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect())
+}
+
+fn audit_key(root: &Subspace, op_id: &str, attempt: u32) -> Vec<u8> {
+    root.pack(&("audit", op_id, i64::from(attempt)))
+}
+
+/// Appends the audit record of a signature. Append-only: an existing record is never
+/// overwritten (a re-run of the same transaction finds its own record and keeps it).
+pub fn append_audit(
+    tx: &mut dyn KvTransaction,
+    root: &Subspace,
+    op_id: &str,
+    attempt: u32,
+    record: &[u8],
+) -> Result<()> {
+    let key = audit_key(root, op_id, attempt);
+    if tx.get(&key)?.is_none() {
+        tx.set(&key, record)?;
+    }
+    Ok(())
+}
+
+/// The audit records of an operation's signatures, oldest first.
+pub fn audit_records(tx: &mut dyn KvRead, root: &Subspace, op_id: &str) -> Result<Vec<Vec<u8>>> {
+    let (begin, end) = root.subspace(&("audit", op_id)).range();
+    Ok(tx
+        .get_range(&begin, &end, usize::MAX, false)?
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect())
+}

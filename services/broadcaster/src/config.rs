@@ -20,7 +20,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The store shared with the gateway and signer.
     pub store: StoreConfig,
-    /// The signer's gRPC address.
+    /// The signer's address: `unix:/path/to/signer.sock` (authenticated by uid) or, for
+    /// local development, `http://host:port`.
     pub signer_url: String,
     /// EVM chains served.
     pub evm_chains: Vec<EvmChainConfig>,

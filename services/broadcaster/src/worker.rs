@@ -53,9 +53,7 @@ impl Worker {
                 },
             );
         }
-        let channel = tonic::transport::Endpoint::from_shared(config.signer_url.clone())?
-            .timeout(Duration::from_secs(30))
-            .connect_lazy();
+        let channel = signer_channel(&config.signer_url)?;
         Ok(Self {
             store,
             signer: SignerServiceClient::new(channel),
@@ -512,6 +510,31 @@ impl Worker {
             }
         }
     }
+}
+
+/// A lazy channel to the signer: `unix:/path/to.sock` (the signer checks our uid) or an
+/// `http://` address.
+fn signer_channel(url: &str) -> anyhow::Result<Channel> {
+    let timeout = Duration::from_secs(30);
+    if let Some(path) = url.strip_prefix("unix:") {
+        let path = std::path::PathBuf::from(path);
+        let connector = tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        });
+        // The URI is a placeholder: the connector decides where to connect.
+        return Ok(
+            tonic::transport::Endpoint::from_static("http://signer.sock")
+                .timeout(timeout)
+                .connect_with_connector_lazy(connector),
+        );
+    }
+    Ok(tonic::transport::Endpoint::from_shared(url.to_owned())?
+        .timeout(timeout)
+        .connect_lazy())
 }
 
 /// Attempt reasons of the self-transfers that take an operation's nonce.

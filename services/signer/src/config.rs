@@ -18,8 +18,12 @@ pub const PASSPHRASE_ENV: &str = "SIGCAST_SIGNER_PASSPHRASE";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Address of the internal gRPC API.
+    /// Address of the internal gRPC API, or only of gRPC health when `unix_socket` is set.
     pub listen: SocketAddr,
+    /// Unix socket for the signer API; callers are authenticated by their uid.
+    pub unix_socket: Option<PathBuf>,
+    /// Uids allowed on `unix_socket`; empty: the signer's own uid only.
+    pub allowed_uids: Vec<u32>,
     /// The store shared with the gateway and broadcaster.
     pub store: StoreConfig,
     /// Directory of Web3 Secret Storage (v3) keystore files, one key per file.
@@ -31,6 +35,9 @@ pub struct Config {
     pub evm_chains: Vec<EvmChainConfig>,
     /// Timeout of one RPC request, in milliseconds.
     pub rpc_timeout_ms: u64,
+    /// Signing policy per key (`[[policies]]`, `account = "*"` for the default); a key with no
+    /// policy is limited only by the chains the signer serves.
+    pub policies: Vec<crate::policy::KeyPolicy>,
     /// Logging.
     pub log: LogConfig,
 }
@@ -63,6 +70,8 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 50052)),
+            unix_socket: None,
+            allowed_uids: Vec::new(),
             store: StoreConfig::default(),
             keystore_dir: PathBuf::from("keys"),
             passphrase_file: None,
@@ -72,6 +81,7 @@ impl Default for Config {
                 tx_type: TxType::Eip1559,
             }],
             rpc_timeout_ms: 10_000,
+            policies: Vec::new(),
             log: LogConfig::default(),
         }
     }

@@ -24,6 +24,14 @@ pub enum Error {
         /// The account.
         account: String,
     },
+    /// The key's policy forbids the operation. Nothing was signed.
+    #[error("operation {op_id:?} refused by the key's policy: {rule}")]
+    PolicyDenied {
+        /// The op_id.
+        op_id: String,
+        /// The rule it broke.
+        rule: String,
+    },
     /// The operation's chain is not configured here.
     #[error("operation {op_id:?}: this signer has no endpoints for chain {chain}")]
     UnknownChain {
@@ -78,7 +86,7 @@ impl From<Error> for Status {
             | Error::UnknownChain { .. }
             | Error::Interlock(_)
             | Error::BadIntent { .. } => Status::failed_precondition(message),
-            Error::NoKey { .. } => Status::permission_denied(message),
+            Error::NoKey { .. } | Error::PolicyDenied { .. } => Status::permission_denied(message),
             Error::Chain { .. } | Error::Store(_) => {
                 Status::unavailable(format!("{message}; retry the same op_id"))
             }

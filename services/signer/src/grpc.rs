@@ -4,43 +4,37 @@ use crate::sign::{Replacement, Signer};
 use sigcast_proto::sigcast::signer::v1 as api;
 use tonic::{Request, Response, Status};
 
+/// Who is calling: the peer uid on a Unix socket (checked against the allow-list when the
+/// connection was accepted), else the TCP peer address.
+pub(crate) fn caller_identity<T>(request: &Request<T>) -> String {
+    if let Some(uid) = request.extensions().get::<crate::auth::PeerUid>() {
+        return format!("uid:{}", uid.0);
+    }
+    request
+        .remote_addr()
+        .map_or_else(|| "unknown".to_owned(), |addr| format!("tcp:{addr}"))
+}
+
 #[tonic::async_trait]
 impl api::signer_service_server::SignerService for Signer {
     async fn sign_operation(
         &self,
         request: Request<api::SignOperationRequest>,
     ) -> Result<Response<api::SignOperationResponse>, Status> {
+        let caller = caller_identity(&request);
         let request = request.into_inner();
         let op_id = sigcast_proto::parse_op_id("op_id", &request.op_id)
             .map_err(|v| Status::invalid_argument(v.to_string()))?;
+        let op_id = op_id.as_str();
+        let replacement =
+            |kind| self.sign_replacement(op_id, kind, request.replaces_attempt, &caller);
         let signed = match api::SignPurpose::try_from(request.purpose) {
             Ok(api::SignPurpose::Initial | api::SignPurpose::Unspecified) => {
-                self.sign(op_id.as_str()).await?
+                self.sign(op_id, &caller).await?
             }
-            Ok(api::SignPurpose::FeeBump) => {
-                self.sign_replacement(
-                    op_id.as_str(),
-                    Replacement::FeeBump,
-                    request.replaces_attempt,
-                )
-                .await?
-            }
-            Ok(api::SignPurpose::Cancel) => {
-                self.sign_replacement(
-                    op_id.as_str(),
-                    Replacement::Cancel,
-                    request.replaces_attempt,
-                )
-                .await?
-            }
-            Ok(api::SignPurpose::GapFill) => {
-                self.sign_replacement(
-                    op_id.as_str(),
-                    Replacement::GapFill,
-                    request.replaces_attempt,
-                )
-                .await?
-            }
+            Ok(api::SignPurpose::FeeBump) => replacement(Replacement::FeeBump).await?,
+            Ok(api::SignPurpose::Cancel) => replacement(Replacement::Cancel).await?,
+            Ok(api::SignPurpose::GapFill) => replacement(Replacement::GapFill).await?,
             Ok(api::SignPurpose::Resign) => {
                 return Err(Status::failed_precondition(
                     "purpose SIGN_PURPOSE_RESIGN: this version never re-signs at a new nonce",

@@ -8,10 +8,14 @@
 use crate::config::{Config, TxType};
 use crate::error::{Error, Result};
 use crate::keys::Keyring;
+use crate::policy::{KeyPolicy, policy_for};
 use alloy_signer::SignerSync;
+use prost::Message;
 use sigcast_domain::{EvmAddress, EvmTransfer, Wei};
 use sigcast_domain::{Intent, IntentRules, OperationState};
+use sigcast_evm::U256;
 use sigcast_evm::{Address, Fees, RpcPool, TxParams, build_transaction, params_of};
+use sigcast_proto::sigcast::signer::v1::{AuditRecord, SignPurpose};
 use sigcast_proto::{intent_from_proto, pb, state_from_proto, state_to_proto};
 use sigcast_store::{Store, accounts, operations};
 use std::collections::HashMap;
@@ -39,6 +43,15 @@ impl Replacement {
             Replacement::FeeBump => "fee_bump",
             Replacement::Cancel => "cancel",
             Replacement::GapFill => "gap_fill",
+        }
+    }
+
+    /// The signer API's name for it.
+    pub fn purpose(self) -> SignPurpose {
+        match self {
+            Replacement::FeeBump => SignPurpose::FeeBump,
+            Replacement::Cancel => SignPurpose::Cancel,
+            Replacement::GapFill => SignPurpose::GapFill,
         }
     }
 }
@@ -87,6 +100,7 @@ pub struct Signer {
     keys: Keyring,
     chains: Arc<HashMap<u64, EvmChain>>,
     rules: IntentRules,
+    policies: Arc<Vec<KeyPolicy>>,
 }
 
 impl Signer {
@@ -113,6 +127,7 @@ impl Signer {
             keys,
             chains: Arc::new(chains),
             rules,
+            policies: Arc::new(config.policies.clone()),
         })
     }
 
@@ -179,8 +194,9 @@ impl Signer {
         })
     }
 
-    /// Signs the recorded operation `op_id` (or returns its stored signature).
-    pub async fn sign(&self, op_id: &str) -> Result<Signed> {
+    /// Signs the recorded operation `op_id` (or returns its stored signature) for `caller`,
+    /// the authenticated identity recorded in the audit trail.
+    pub async fn sign(&self, op_id: &str, caller: &str) -> Result<Signed> {
         let root = self.store.root().clone();
         let id = op_id.to_owned();
         let op = self
@@ -199,6 +215,14 @@ impl Signer {
             ..
         } = self.resolve(&op)?;
         let from = Address::from(*from.as_bytes());
+        let policy = policy_for(&self.policies, &op.account).cloned();
+        let value = match &policy {
+            Some(policy) => policy.check(&intent).map_err(|v| Error::PolicyDenied {
+                op_id: op_id.to_owned(),
+                rule: v.0,
+            })?,
+            None => U256::ZERO,
+        };
 
         // Chain reads happen before the store transaction, which must not wait on the network.
         let chain_error = |source| Error::Chain {
@@ -227,6 +251,7 @@ impl Signer {
         let root = self.store.root().clone();
         let id = op_id.to_owned();
         let now = SystemTime::now();
+        let caller = caller.to_owned();
         let outcome = self
             .store
             .run_async(move |tx| {
@@ -238,6 +263,32 @@ impl Signer {
                 }
                 let chain_key = stored.chain.clone();
                 let account = stored.account.clone();
+                if let Some(policy) = policy.as_ref().filter(|p| p.window_secs > 0) {
+                    let now_ms = unix_millis(now);
+                    let since = now_ms
+                        - i64::try_from(policy.window_secs.saturating_mul(1000))
+                            .unwrap_or(i64::MAX);
+                    let spent = accounts::spent_since(tx, &root, &chain_key, &account, since)?
+                        .iter()
+                        .fold(U256::ZERO, |sum, v| {
+                            sum.saturating_add(U256::from_be_slice(v))
+                        });
+                    if let Err(v) = policy.check_window(spent, value) {
+                        return Ok(Err(Error::PolicyDenied {
+                            op_id: id.clone(),
+                            rule: v.0,
+                        }));
+                    }
+                    accounts::record_spend(
+                        tx,
+                        &root,
+                        &chain_key,
+                        &account,
+                        now_ms,
+                        &id,
+                        &value.to_be_bytes::<32>(),
+                    )?;
+                }
                 let allocation = match accounts::allocate_nonce(
                     tx,
                     &root,
@@ -280,8 +331,21 @@ impl Signer {
                         }));
                     }
                 };
+                let digest = unsigned.signature_hash();
                 let signed = unsigned.into_signed(signature);
                 accounts::put_payload(tx, &root, &id, 1, &signed.raw)?;
+                let audit = AuditRecord {
+                    op_id: id.clone(),
+                    attempt: 1,
+                    purpose: SignPurpose::Initial.into(),
+                    key_id: account.clone(),
+                    digest: digest.to_string(),
+                    tx_id: signed.hash.to_string(),
+                    nonce: allocation.nonce,
+                    time_unix_ms: unix_millis(now),
+                    caller: caller.clone(),
+                };
+                accounts::append_audit(tx, &root, &id, 1, &audit.encode_to_vec())?;
                 let mut op = stored.clone();
                 op.set_state(state_to_proto(OperationState::Signed));
                 op.signing = Some(pb::operation::Signing::Evm(pb::EvmSigning {
@@ -317,6 +381,7 @@ impl Signer {
         op_id: &str,
         kind: Replacement,
         replaces_attempt: u32,
+        caller: &str,
     ) -> Result<Signed> {
         let root = self.store.root().clone();
         let id = op_id.to_owned();
@@ -403,6 +468,7 @@ impl Signer {
         let root = self.store.root().clone();
         let id = op_id.to_owned();
         let now = SystemTime::now();
+        let caller = caller.to_owned();
         let signed = self
             .store
             .run_async(move |tx| {
@@ -449,9 +515,22 @@ impl Signer {
                         }));
                     }
                 };
+                let digest = unsigned.signature_hash();
                 let signed = unsigned.into_signed(signature);
                 let number = last.number + 1;
                 accounts::put_payload(tx, &root, &id, number, &signed.raw)?;
+                let audit = AuditRecord {
+                    op_id: id.clone(),
+                    attempt: number,
+                    purpose: kind.purpose().into(),
+                    key_id: stored.account.clone(),
+                    digest: digest.to_string(),
+                    tx_id: signed.hash.to_string(),
+                    nonce: params.nonce,
+                    time_unix_ms: unix_millis(now),
+                    caller: caller.clone(),
+                };
+                accounts::append_audit(tx, &root, &id, number, &audit.encode_to_vec())?;
                 let mut op = stored.clone();
                 op.attempts.push(pb::Attempt {
                     number,
@@ -473,6 +552,11 @@ impl Signer {
         }
         Ok(signed)
     }
+}
+
+fn unix_millis(time: SystemTime) -> i64 {
+    time.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The stored signature of an operation that is past RECEIVED; an error for one that can no

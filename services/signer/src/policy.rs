@@ -1,0 +1,217 @@
+//! Per-key signing policy: which chains, how much, to whom. Checked by the signer before it
+//! signs anything; a violation refuses the operation with the rule it broke.
+//!
+//! Pure: the rolling-window total is read from the store by the caller, inside the signing
+//! transaction, and passed in.
+
+use serde::{Deserialize, Serialize};
+use sigcast_domain::Intent;
+use sigcast_evm::U256;
+
+/// The policy of one account (or of every account without its own, with `account = "*"`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KeyPolicy {
+    /// The account it governs (checksummed or lowercase), or `*`.
+    pub account: String,
+    /// Chain ids the key may sign for; empty: any chain the signer serves.
+    pub allowed_chain_ids: Vec<u64>,
+    /// Largest value of one operation, in wei (decimal); empty: no limit.
+    pub max_value_wei: String,
+    /// Largest total value over `window_secs`, in wei (decimal); empty: no limit.
+    pub window_max_value_wei: String,
+    /// The rolling window, in seconds.
+    pub window_secs: u64,
+    /// Recipients of transfers the key may pay; empty: any.
+    pub allowed_recipients: Vec<String>,
+    /// Contracts the key may call; empty: any. A contract call to anything else is refused.
+    pub allowed_contracts: Vec<String>,
+    /// Function selectors (`0x` + 8 hex digits) the key may call; empty: any.
+    pub allowed_selectors: Vec<String>,
+}
+
+/// A broken rule, in words for the operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation(pub String);
+
+fn wei(text: &str) -> Option<U256> {
+    (!text.is_empty()).then(|| U256::from_str_radix(text, 10).unwrap_or(U256::MAX))
+}
+
+fn same_address(a: &str, b: &str) -> bool {
+    a.eq_ignore_ascii_case(b)
+}
+
+impl KeyPolicy {
+    /// Does this policy govern `account`?
+    pub fn governs(&self, account: &str) -> bool {
+        same_address(&self.account, account)
+    }
+
+    /// Checks an EVM intent against the rules that need no history.
+    pub fn check(&self, intent: &Intent) -> Result<U256, Violation> {
+        let (chain_id, to, value, data) = match intent {
+            Intent::EvmTransfer(t) => (t.chain_id, t.to.to_string(), t.value.as_str(), None),
+            Intent::EvmContractCall(c) => (
+                c.chain_id,
+                c.to.to_string(),
+                c.value.as_str(),
+                Some(&c.data),
+            ),
+            other => {
+                return Err(Violation(format!(
+                    "chain {} is not covered by this EVM key's policy",
+                    other.chain()
+                )));
+            }
+        };
+        let value = U256::from_str_radix(value, 10).unwrap_or(U256::MAX);
+        if !self.allowed_chain_ids.is_empty() && !self.allowed_chain_ids.contains(&chain_id) {
+            return Err(Violation(format!(
+                "chain {chain_id} is not in allowed_chain_ids {:?}",
+                self.allowed_chain_ids
+            )));
+        }
+        if let Some(max) = wei(&self.max_value_wei).filter(|max| value > *max) {
+            return Err(Violation(format!(
+                "value {value} wei exceeds max_value_wei {max}"
+            )));
+        }
+        match data {
+            None => {
+                if !self.allowed_recipients.is_empty()
+                    && !self.allowed_recipients.iter().any(|r| same_address(r, &to))
+                {
+                    return Err(Violation(format!(
+                        "recipient {to} is not in allowed_recipients"
+                    )));
+                }
+            }
+            Some(data) => {
+                if !self.allowed_contracts.is_empty()
+                    && !self.allowed_contracts.iter().any(|c| same_address(c, &to))
+                {
+                    return Err(Violation(format!(
+                        "contract {to} is not in allowed_contracts"
+                    )));
+                }
+                if !self.allowed_selectors.is_empty() {
+                    let selector = data
+                        .get(..4)
+                        .map(|s| format!("0x{}", hex::encode(s)))
+                        .unwrap_or_default();
+                    if !self
+                        .allowed_selectors
+                        .iter()
+                        .any(|s| s.eq_ignore_ascii_case(&selector))
+                    {
+                        return Err(Violation(format!(
+                            "function selector {selector:?} is not in allowed_selectors"
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(value)
+    }
+
+    /// Checks the rolling window: `spent` is what the key signed within `window_secs`.
+    pub fn check_window(&self, spent: U256, value: U256) -> Result<(), Violation> {
+        match wei(&self.window_max_value_wei) {
+            Some(max) if spent.saturating_add(value) > max => Err(Violation(format!(
+                "value {value} wei would bring the last {} s to {} wei, over window_max_value_wei {max}",
+                self.window_secs,
+                spent.saturating_add(value)
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The policy governing `account`: its own, else the `*` one, else none.
+pub fn policy_for<'a>(policies: &'a [KeyPolicy], account: &str) -> Option<&'a KeyPolicy> {
+    policies
+        .iter()
+        .find(|p| p.governs(account))
+        .or_else(|| policies.iter().find(|p| p.account == "*"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sigcast_domain::{EvmAddress, EvmContractCall, EvmTransfer, Wei};
+
+    const A: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
+    const B: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+
+    fn transfer(chain_id: u64, to: &str, value: &str) -> Intent {
+        Intent::EvmTransfer(EvmTransfer {
+            chain_id,
+            from: EvmAddress::parse(A).unwrap(),
+            to: EvmAddress::parse(to).unwrap(),
+            value: Wei::parse(value).unwrap(),
+        })
+    }
+
+    fn call(to: &str, data: Vec<u8>) -> Intent {
+        Intent::EvmContractCall(EvmContractCall {
+            chain_id: 1,
+            from: EvmAddress::parse(A).unwrap(),
+            to: EvmAddress::parse(to).unwrap(),
+            data,
+            value: Wei::zero(),
+            gas_limit: None,
+        })
+    }
+
+    #[test]
+    fn each_rule_refuses_with_its_name() {
+        let policy = KeyPolicy {
+            account: A.into(),
+            allowed_chain_ids: vec![1],
+            max_value_wei: "100".into(),
+            window_max_value_wei: "150".into(),
+            window_secs: 60,
+            allowed_recipients: vec![B.to_lowercase()],
+            allowed_contracts: vec![B.into()],
+            allowed_selectors: vec!["0xa9059cbb".into()],
+        };
+        assert_eq!(policy.check(&transfer(1, B, "100")), Ok(U256::from(100)));
+        let rule = |intent: &Intent| policy.check(intent).unwrap_err().0;
+        assert!(rule(&transfer(5, B, "1")).contains("allowed_chain_ids"));
+        assert!(rule(&transfer(1, B, "101")).contains("max_value_wei"));
+        assert!(rule(&transfer(1, A, "1")).contains("allowed_recipients"));
+        assert!(rule(&call(A, vec![0xa9, 0x05, 0x9c, 0xbb])).contains("allowed_contracts"));
+        assert!(rule(&call(B, vec![0x09, 0x5e, 0xa7, 0xb3])).contains("allowed_selectors"));
+        assert!(
+            policy
+                .check(&call(B, vec![0xa9, 0x05, 0x9c, 0xbb, 1]))
+                .is_ok()
+        );
+        assert!(policy.check_window(U256::from(100), U256::from(50)).is_ok());
+        assert!(
+            policy
+                .check_window(U256::from(101), U256::from(50))
+                .unwrap_err()
+                .0
+                .contains("window_max_value_wei")
+        );
+    }
+
+    #[test]
+    fn the_account_policy_wins_over_the_default() {
+        let own = KeyPolicy {
+            account: A.to_lowercase(),
+            max_value_wei: "1".into(),
+            ..Default::default()
+        };
+        let default = KeyPolicy {
+            account: "*".into(),
+            ..Default::default()
+        };
+        let policies = [default.clone(), own.clone()];
+        assert_eq!(policy_for(&policies, A), Some(&own));
+        assert_eq!(policy_for(&policies, B), Some(&default));
+        assert_eq!(policy_for(&[], B), None);
+    }
+}

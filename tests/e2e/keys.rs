@@ -295,3 +295,107 @@ fn hex_bytes(hex: &str) -> Vec<u8> {
         .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
         .collect()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_transfer_signed_inside_a_softhsm_token_confirms_on_anvil() {
+    let hsm_dir = tempfile::tempdir().unwrap();
+    let hsm = sigcast_e2e::SoftHsm::init(hsm_dir.path(), "sigcast-e2e");
+    let mut stack = Stack::start(StackOptions {
+        accounts: 1,
+        signer_tables: hsm.signer_table(),
+        signer_env: hsm.env(),
+        ..Default::default()
+    })
+    .await;
+    // Generate the key inside the token (non-extractable), then let the signer load it.
+    let config = stack
+        .dir
+        .path()
+        .join("replica-0")
+        .join("sigcast-signer.toml");
+    let generated = std::process::Command::new(sigcast_e2e::binary("sigcast-signer"))
+        .arg("--config")
+        .arg(&config)
+        .args(["keys", "generate", "--label", "evm-hot-wallet"])
+        .envs(hsm.env())
+        .output()
+        .unwrap();
+    assert!(
+        generated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&generated.stderr)
+    );
+    let token_account = String::from_utf8(generated.stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
+    stack.signers[0].restart().await;
+    let mut signer = sigcast_e2e::signer_client(&stack.signer_socket(0))
+        .await
+        .unwrap();
+    let keys = signer
+        .list_keys(sigcast_proto::sigcast::signer::v1::ListKeysRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .keys;
+    assert!(
+        keys.iter()
+            .any(|k| k.address == token_account && k.backend == "pkcs11"),
+        "{keys:?}"
+    );
+
+    // Fund the token's account (through sigcast, from a dev key), then spend from it.
+    let mut client = stack.client().await;
+    client
+        .submit_operation(transfer(
+            "fund-token",
+            DEV[0],
+            &token_account,
+            1_000_000_000_000_000_000,
+        ))
+        .await
+        .unwrap();
+    let funded = wait_terminal(&stack, &["fund-token".into()], Duration::from_secs(60)).await;
+    assert_eq!(funded["fund-token"].state(), pb::OperationState::Confirmed);
+    client
+        .submit_operation(transfer(
+            "from-token",
+            &token_account,
+            &recipient(0),
+            12_345,
+        ))
+        .await
+        .unwrap();
+    let done = wait_terminal(&stack, &["from-token".into()], Duration::from_secs(60)).await;
+    let op = &done["from-token"];
+    assert_eq!(
+        op.state(),
+        pb::OperationState::Confirmed,
+        "{op:?}\n{}",
+        stack.logs()
+    );
+
+    let node = RpcPool::new(
+        std::slice::from_ref(&stack.anvil.url),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let tx = node
+        .read(
+            "eth_getTransactionByHash",
+            serde_json::json!([op.result.as_ref().unwrap().tx_id]),
+        )
+        .await
+        .unwrap();
+    assert!(
+        tx["from"]
+            .as_str()
+            .unwrap()
+            .eq_ignore_ascii_case(&token_account),
+        "the chain recovered the token's key: {tx}"
+    );
+    let to: Address = recipient(0).parse().unwrap();
+    assert_eq!(node.balance(to).await.unwrap(), U256::from(12_345u64));
+    assert_eq!(node.nonce(token_account.parse().unwrap()).await.unwrap(), 1);
+}

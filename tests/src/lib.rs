@@ -6,7 +6,7 @@ mod proxy;
 mod stack;
 
 pub use proxy::{Fault, FaultProxy, ProxyStats};
-pub use stack::{Anvil, Stack, StackOptions, signer_client};
+pub use stack::{Anvil, SoftHsm, Stack, StackOptions, signer_client};
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -50,12 +50,24 @@ pub struct Service {
     pub addr: SocketAddr,
     config: PathBuf,
     log: PathBuf,
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
 impl Service {
     /// Writes `toml` to `<dir>/<binary>.toml` and starts the binary on it.
     pub async fn start(binary: &'static str, dir: &Path, addr: SocketAddr, toml: &str) -> Self {
+        Self::start_with_env(binary, dir, addr, toml, Vec::new()).await
+    }
+
+    /// As `start`, with extra environment variables for the process.
+    pub async fn start_with_env(
+        binary: &'static str,
+        dir: &Path,
+        addr: SocketAddr,
+        toml: &str,
+        env: Vec<(String, String)>,
+    ) -> Self {
         let config = dir.join(format!("{binary}.toml"));
         std::fs::write(&config, toml).expect("write config");
         let log = dir.join(format!("{binary}.log"));
@@ -64,6 +76,7 @@ impl Service {
             addr,
             config,
             log,
+            env,
             child: None,
         };
         service.spawn().await;
@@ -79,6 +92,7 @@ impl Service {
         let child = Command::new(binary(self.binary))
             .arg("--config")
             .arg(&self.config)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

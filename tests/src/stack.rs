@@ -3,6 +3,7 @@
 
 use crate::{Service, free_addr};
 use sigcast_proto::sigcast::v1::operation_service_client::OperationServiceClient;
+pub use softhsm::SoftHsm;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -94,6 +95,8 @@ pub struct StackOptions {
     pub signer_settings: String,
     /// Extra tables of the signer's config (e.g. `[[policies]]`).
     pub signer_tables: String,
+    /// Extra environment of the signer processes.
+    pub signer_env: Vec<(String, String)>,
 }
 
 impl Default for StackOptions {
@@ -108,6 +111,7 @@ impl Default for StackOptions {
             legacy: false,
             signer_settings: String::new(),
             signer_tables: String::new(),
+            signer_env: Vec::new(),
         }
     }
 }
@@ -218,7 +222,14 @@ impl Stack {
                 options.signer_tables
             );
             signers.push(
-                Service::start("sigcast-signer", &replica_dir, signer_addr, &signer_toml).await,
+                Service::start_with_env(
+                    "sigcast-signer",
+                    &replica_dir,
+                    signer_addr,
+                    &signer_toml,
+                    options.signer_env.clone(),
+                )
+                .await,
             );
             let broadcaster_addr = free_addr();
             let broadcaster_toml = format!(
@@ -288,4 +299,79 @@ impl Stack {
 fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+mod softhsm {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    /// The PKCS#11 module of Debian's softhsm2 (installed by scripts/install-deps.sh).
+    pub(super) const MODULE: &str = "/usr/lib/softhsm/libsofthsm2.so";
+
+    /// A SoftHSM2 token in its own directory: SOFTHSM2_CONF points there.
+    pub struct SoftHsm {
+        /// softhsm2.conf.
+        pub conf: PathBuf,
+        /// The token's label.
+        pub label: String,
+        /// File with the user PIN.
+        pub pin_file: PathBuf,
+    }
+
+    impl SoftHsm {
+        /// Initialises a fresh token under `dir`.
+        pub fn init(dir: &Path, label: &str) -> Self {
+            let tokens = dir.join("tokens");
+            std::fs::create_dir_all(&tokens).unwrap();
+            let conf = dir.join("softhsm2.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "directories.tokendir = {}\nobjectstore.backend = file\nlog.level = ERROR\n",
+                    tokens.display()
+                ),
+            )
+            .unwrap();
+            let pin_file = dir.join("pin");
+            std::fs::write(&pin_file, "4242\n").unwrap();
+            let init = Command::new("softhsm2-util")
+                .args([
+                    "--init-token",
+                    "--free",
+                    "--label",
+                    label,
+                    "--pin",
+                    "4242",
+                    "--so-pin",
+                    "8484",
+                ])
+                .env("SOFTHSM2_CONF", &conf)
+                .output()
+                .expect("softhsm2-util (Debian softhsm2, installed by scripts/install-deps.sh)");
+            assert!(
+                init.status.success(),
+                "{}",
+                String::from_utf8_lossy(&init.stderr)
+            );
+            Self {
+                conf,
+                label: label.into(),
+                pin_file,
+            }
+        }
+
+        /// The signer's `[pkcs11]` table for this token.
+        pub fn signer_table(&self) -> String {
+            format!(
+                "[pkcs11]\nmodule = \"{MODULE}\"\ntoken_label = \"{}\"\npin_file = \"{}\"\n",
+                self.label,
+                self.pin_file.display()
+            )
+        }
+
+        /// The environment a process using the token needs.
+        pub fn env(&self) -> Vec<(String, String)> {
+            vec![("SOFTHSM2_CONF".into(), self.conf.display().to_string())]
+        }
+    }
 }

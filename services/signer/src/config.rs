@@ -31,6 +31,8 @@ pub struct Config {
     /// File holding the keystores' passphrase; when absent, the `SIGCAST_SIGNER_PASSPHRASE`
     /// environment variable. Never logged.
     pub passphrase_file: Option<PathBuf>,
+    /// A PKCS#11 token whose secp256k1 keys the signer also uses (`[pkcs11]`).
+    pub pkcs11: Option<crate::token::Pkcs11Config>,
     /// EVM chains the signer signs for.
     pub evm_chains: Vec<EvmChainConfig>,
     /// Timeout of one RPC request, in milliseconds.
@@ -75,6 +77,7 @@ impl Default for Config {
             store: StoreConfig::default(),
             keystore_dir: PathBuf::from("keys"),
             passphrase_file: None,
+            pkcs11: None,
             evm_chains: vec![EvmChainConfig {
                 chain_id: 31337,
                 rpc_urls: vec!["http://127.0.0.1:8545".into()],

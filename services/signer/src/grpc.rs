@@ -60,13 +60,13 @@ impl api::signer_service_server::SignerService for Signer {
     ) -> Result<Response<api::ListKeysResponse>, Status> {
         let keys = self
             .keys()
-            .accounts()
+            .entries()
             .into_iter()
-            .map(|address| api::SignerKey {
+            .map(|(address, backend)| api::SignerKey {
                 key_id: address.to_string(),
                 algorithm: "secp256k1".into(),
                 address: address.to_string(),
-                backend: "keystore".into(),
+                backend: backend.into(),
             })
             .collect();
         Ok(Response::new(api::ListKeysResponse { keys }))

@@ -47,10 +47,39 @@ pub fn read_passphrase(file: Option<&Path>, env_var: &str) -> Result<String, Key
     }
 }
 
+/// A key the signer can sign with: decrypted from a keystore into this process, or inside a
+/// PKCS#11 token.
+#[derive(Clone)]
+pub enum KeyHandle {
+    /// Decrypted from an encrypted keystore file.
+    Keystore(Arc<PrivateKeySigner>),
+    /// In a PKCS#11 token; never leaves it.
+    Token(Arc<crate::token::TokenKey>),
+}
+
+impl KeyHandle {
+    /// Signs a 32-byte digest.
+    pub fn sign_hash(&self, hash: &sigcast_evm::B256) -> Result<sigcast_evm::Signature, String> {
+        use alloy_signer::SignerSync;
+        match self {
+            KeyHandle::Keystore(key) => key.sign_hash_sync(hash).map_err(|e| e.to_string()),
+            KeyHandle::Token(key) => key.sign_hash(hash).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Where the key lives.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            KeyHandle::Keystore(_) => "keystore",
+            KeyHandle::Token(_) => "pkcs11",
+        }
+    }
+}
+
 /// The keys this signer holds, by account.
 #[derive(Clone, Default)]
 pub struct Keyring {
-    keys: BTreeMap<Address, Arc<PrivateKeySigner>>,
+    keys: BTreeMap<Address, KeyHandle>,
 }
 
 impl std::fmt::Debug for Keyring {
@@ -85,14 +114,27 @@ impl Keyring {
                     reason: e.to_string(),
                 }
             })?;
-            keys.insert(signer.address(), Arc::new(signer));
+            keys.insert(signer.address(), KeyHandle::Keystore(Arc::new(signer)));
         }
         Ok(Self { keys })
     }
 
+    /// Adds the secp256k1 keys of a PKCS#11 token.
+    pub fn add_token_keys(&mut self, keys: Vec<crate::token::TokenKey>) {
+        for key in keys {
+            self.keys
+                .insert(key.address, KeyHandle::Token(Arc::new(key)));
+        }
+    }
+
     /// The key of `account`, if held.
-    pub fn get(&self, account: &Address) -> Option<Arc<PrivateKeySigner>> {
+    pub fn get(&self, account: &Address) -> Option<KeyHandle> {
         self.keys.get(account).cloned()
+    }
+
+    /// The accounts held, with where each key lives.
+    pub fn entries(&self) -> Vec<(Address, &'static str)> {
+        self.keys.iter().map(|(a, k)| (*a, k.backend())).collect()
     }
 
     /// The accounts held.

@@ -12,6 +12,7 @@ mod grpc;
 pub mod keys;
 pub mod policy;
 mod sign;
+pub mod token;
 
 pub use config::Config;
 pub use error::{Error, Result};
@@ -56,8 +57,11 @@ pub async fn run(
     harden_process();
     let passphrase =
         keys::read_passphrase(config.passphrase_file.as_deref(), config::PASSPHRASE_ENV)?;
-    let keyring = keys::Keyring::load(&config.keystore_dir, &passphrase)?;
+    let mut keyring = keys::Keyring::load(&config.keystore_dir, &passphrase)?;
     drop(passphrase);
+    if let Some(pkcs11) = &config.pkcs11 {
+        keyring.add_token_keys(token::Token::open(pkcs11)?.keys()?);
+    }
     tracing::info!(accounts = ?keyring, "keys loaded");
     let store = Store::open(&config.store)?;
     let signer = Signer::new(&config, store, keyring)?;

@@ -3,7 +3,7 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use sigcast_runtime::ServiceConfig;
-use sigcast_signer::{Config, config, keys};
+use sigcast_signer::{Config, config, keys, token};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -30,7 +30,7 @@ enum Command {
         #[arg(long)]
         listen: Option<SocketAddr>,
     },
-    /// Manage keystore files.
+    /// Manage keys: keystore files and PKCS#11 token keys.
     Keys {
         #[command(subcommand)]
         command: KeysCommand,
@@ -45,7 +45,15 @@ enum KeysCommand {
         #[arg(long, default_value_t = 4)]
         count: usize,
     },
-    /// List the accounts of the keystores (decrypts them; prints addresses only).
+    /// Generate a secp256k1 key inside the configured PKCS#11 token (non-extractable);
+    /// prints its account.
+    Generate {
+        /// The key's label in the token.
+        #[arg(long)]
+        label: String,
+    },
+    /// List the accounts held: keystores (decrypted to derive them) and token keys. Prints
+    /// addresses and where each key lives, never a key.
     List,
 }
 
@@ -69,17 +77,32 @@ async fn serve() -> anyhow::Result<()> {
         }
         Command::Keys { command } => {
             let passphrase =
-                keys::read_passphrase(config.passphrase_file.as_deref(), config::PASSPHRASE_ENV)?;
-            let accounts = match command {
-                KeysCommand::ImportDev { count } => {
-                    keys::import_anvil_dev_keys(&config.keystore_dir, &passphrase, count)?
-                }
-                KeysCommand::List => {
-                    keys::Keyring::load(&config.keystore_dir, &passphrase)?.accounts()
-                }
+                || keys::read_passphrase(config.passphrase_file.as_deref(), config::PASSPHRASE_ENV);
+            let token = || {
+                let pkcs11 = config
+                    .pkcs11
+                    .as_ref()
+                    .context("no [pkcs11] token in the configuration")?;
+                anyhow::Ok(token::Token::open(pkcs11)?)
             };
-            for account in accounts {
-                println!("{account}");
+            match command {
+                KeysCommand::ImportDev { count } => {
+                    for account in
+                        keys::import_anvil_dev_keys(&config.keystore_dir, &passphrase()?, count)?
+                    {
+                        println!("{account}");
+                    }
+                }
+                KeysCommand::Generate { label } => println!("{}", token()?.generate(&label)?),
+                KeysCommand::List => {
+                    let mut keyring = keys::Keyring::load(&config.keystore_dir, &passphrase()?)?;
+                    if config.pkcs11.is_some() {
+                        keyring.add_token_keys(token()?.keys()?);
+                    }
+                    for (account, backend) in keyring.entries() {
+                        println!("{account} {backend}");
+                    }
+                }
             }
             Ok(())
         }

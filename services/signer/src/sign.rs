@@ -9,7 +9,6 @@ use crate::config::{Config, TxType};
 use crate::error::{Error, Result};
 use crate::keys::Keyring;
 use crate::policy::{KeyPolicy, policy_for};
-use alloy_signer::SignerSync;
 use prost::Message;
 use sigcast_domain::{EvmAddress, EvmTransfer, Wei};
 use sigcast_domain::{Intent, IntentRules, OperationState};
@@ -89,7 +88,7 @@ struct Resolved<'a> {
     intent: Intent,
     chain_id: u64,
     from: EvmAddress,
-    key: Arc<alloy_signer_local::PrivateKeySigner>,
+    key: crate::keys::KeyHandle,
     chain: &'a EvmChain,
 }
 
@@ -321,7 +320,7 @@ impl Signer {
                         }));
                     }
                 };
-                let signature = match key.sign_hash_sync(&unsigned.signature_hash()) {
+                let signature = match key.sign_hash(&unsigned.signature_hash()) {
                     Ok(signature) => signature,
                     Err(e) => {
                         return Ok(Err(Error::Sign {
@@ -505,7 +504,7 @@ impl Signer {
                         }));
                     }
                 };
-                let signature = match key.sign_hash_sync(&unsigned.signature_hash()) {
+                let signature = match key.sign_hash(&unsigned.signature_hash()) {
                     Ok(signature) => signature,
                     Err(e) => {
                         return Ok(Err(Error::Sign {

@@ -1,0 +1,238 @@
+//! Keys inside a PKCS#11 token (an HSM; SoftHSM2 in tests): generated there as
+//! non-extractable, used only through the token's signing operation.
+//!
+//! secp256k1 with CKM_ECDSA over the transaction's keccak digest: the token returns r‖s; the
+//! signature is normalised to low-S (as Ethereum requires) and its recovery id found by
+//! recovering the token key's own address.
+
+use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
+use cryptoki::mechanism::Mechanism;
+use cryptoki::object::{Attribute, AttributeType, KeyType, ObjectClass, ObjectHandle};
+use cryptoki::session::{Session, UserType};
+use cryptoki::types::AuthPin;
+use serde::{Deserialize, Serialize};
+use sigcast_evm::{Address, B256, Signature, U256};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// DER of the secp256k1 curve's OID (1.3.132.0.10), as CKA_EC_PARAMS holds it.
+const SECP256K1_PARAMS: [u8; 7] = [0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x0a];
+/// The secp256k1 group order n.
+const SECP256K1_ORDER: U256 = U256::from_be_slice(&[
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe,
+    0xba, 0xae, 0xdc, 0xe6, 0xaf, 0x48, 0xa0, 0x3b, 0xbf, 0xd2, 0x5e, 0x8c, 0xd0, 0x36, 0x41, 0x41,
+]);
+
+/// Environment variable holding the token's user PIN when no `pin_file` is configured.
+pub const PIN_ENV: &str = "SIGCAST_SIGNER_PKCS11_PIN";
+
+/// Where the token is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pkcs11Config {
+    /// The PKCS#11 module (e.g. /usr/lib/softhsm/libsofthsm2.so).
+    pub module: PathBuf,
+    /// The token, by label.
+    pub token_label: String,
+    /// File holding the user PIN; else the `SIGCAST_SIGNER_PKCS11_PIN` environment variable.
+    pub pin_file: Option<PathBuf>,
+}
+
+/// A token error, with what was being done.
+#[derive(Debug, thiserror::Error)]
+#[error("PKCS#11 token: {doing}: {reason}")]
+pub struct TokenError {
+    doing: String,
+    reason: String,
+}
+
+fn fail(doing: impl Into<String>) -> impl FnOnce(cryptoki::error::Error) -> TokenError {
+    let doing = doing.into();
+    move |e| TokenError {
+        doing,
+        reason: e.to_string(),
+    }
+}
+
+/// A logged-in session on the configured token.
+pub struct Token {
+    session: Arc<Mutex<Session>>,
+}
+
+impl Token {
+    /// Opens the module, finds the token by label and logs in as its user.
+    pub fn open(config: &Pkcs11Config) -> Result<Self, TokenError> {
+        let pin = match &config.pin_file {
+            Some(path) => std::fs::read_to_string(path)
+                .map(|p| p.trim_end_matches(['\n', '\r']).to_owned())
+                .map_err(|e| TokenError {
+                    doing: format!("reading {}", path.display()),
+                    reason: e.to_string(),
+                })?,
+            None => std::env::var(PIN_ENV).map_err(|_| TokenError {
+                doing: "reading the PIN".into(),
+                reason: format!("set pin_file or {PIN_ENV}"),
+            })?,
+        };
+        let pkcs11 = Pkcs11::new(&config.module)
+            .map_err(fail(format!("loading {}", config.module.display())))?;
+        pkcs11
+            .initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK))
+            .map_err(fail("initializing"))?;
+        let slot = pkcs11
+            .get_slots_with_token()
+            .map_err(fail("listing slots"))?
+            .into_iter()
+            .find(|slot| {
+                pkcs11
+                    .get_token_info(*slot)
+                    .is_ok_and(|info| info.label() == config.token_label)
+            })
+            .ok_or_else(|| TokenError {
+                doing: format!("finding token {:?}", config.token_label),
+                reason: "no such token".into(),
+            })?;
+        let session = pkcs11
+            .open_rw_session(slot)
+            .map_err(fail("opening a session"))?;
+        session
+            .login(UserType::User, Some(&AuthPin::from(pin)))
+            .map_err(fail("logging in"))?;
+        Ok(Self {
+            session: Arc::new(Mutex::new(session)),
+        })
+    }
+
+    /// Generates a secp256k1 key pair inside the token: private key sensitive and
+    /// non-extractable. Returns its account.
+    pub fn generate(&self, label: &str) -> Result<Address, TokenError> {
+        let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let public = [
+            Attribute::Token(true),
+            Attribute::Label(label.as_bytes().to_vec()),
+            Attribute::EcParams(SECP256K1_PARAMS.to_vec()),
+            Attribute::Verify(true),
+        ];
+        let private = [
+            Attribute::Token(true),
+            Attribute::Private(true),
+            Attribute::Sensitive(true),
+            Attribute::Extractable(false),
+            Attribute::Label(label.as_bytes().to_vec()),
+            Attribute::Sign(true),
+        ];
+        let (public, _) = session
+            .generate_key_pair(&Mechanism::EccKeyPairGen, &public, &private)
+            .map_err(fail(format!("generating key {label:?}")))?;
+        address_of(&session, public)
+    }
+
+    /// The token's secp256k1 signing keys, by label.
+    pub fn keys(&self) -> Result<Vec<TokenKey>, TokenError> {
+        let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let privates = session
+            .find_objects(&[
+                Attribute::Class(ObjectClass::PRIVATE_KEY),
+                Attribute::KeyType(KeyType::EC),
+            ])
+            .map_err(fail("listing keys"))?;
+        let mut keys = Vec::new();
+        for private in privates {
+            let Some(Attribute::Label(label)) = session
+                .get_attributes(private, &[AttributeType::Label])
+                .map_err(fail("reading a key label"))?
+                .into_iter()
+                .next()
+            else {
+                continue;
+            };
+            let public = session
+                .find_objects(&[
+                    Attribute::Class(ObjectClass::PUBLIC_KEY),
+                    Attribute::Label(label.clone()),
+                ])
+                .map_err(fail("finding a public key"))?;
+            let Some(public) = public.into_iter().next() else {
+                continue;
+            };
+            let address = address_of(&session, public)?;
+            keys.push(TokenKey {
+                session: self.session.clone(),
+                private,
+                address,
+                label: String::from_utf8_lossy(&label).into_owned(),
+            });
+        }
+        Ok(keys)
+    }
+}
+
+/// The account of a secp256k1 public key object (CKA_EC_POINT: a DER OCTET STRING holding
+/// the uncompressed point 04‖X‖Y).
+fn address_of(session: &Session, public: ObjectHandle) -> Result<Address, TokenError> {
+    let attributes = session
+        .get_attributes(public, &[AttributeType::EcPoint])
+        .map_err(fail("reading a public key"))?;
+    let Some(Attribute::EcPoint(der)) = attributes.into_iter().next() else {
+        return Err(TokenError {
+            doing: "reading a public key".into(),
+            reason: "no EC point".into(),
+        });
+    };
+    let point = match der.as_slice() {
+        [0x04, 0x41, rest @ ..] if rest.len() == 65 => rest,
+        raw if raw.len() == 65 => raw,
+        _ => {
+            return Err(TokenError {
+                doing: "reading a public key".into(),
+                reason: "not an uncompressed point".into(),
+            });
+        }
+    };
+    Ok(Address::from_raw_public_key(&point[1..]))
+}
+
+/// One key in the token.
+pub struct TokenKey {
+    session: Arc<Mutex<Session>>,
+    private: ObjectHandle,
+    /// Its account.
+    pub address: Address,
+    /// Its label in the token.
+    pub label: String,
+}
+
+impl TokenKey {
+    /// Signs a 32-byte digest inside the token.
+    pub fn sign_hash(&self, hash: &B256) -> Result<Signature, TokenError> {
+        let raw = {
+            let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+            session
+                .sign(&Mechanism::Ecdsa, self.private, hash.as_slice())
+                .map_err(fail("signing"))?
+        };
+        if raw.len() != 64 {
+            return Err(TokenError {
+                doing: "signing".into(),
+                reason: format!("{} bytes, not r‖s", raw.len()),
+            });
+        }
+        let r = U256::from_be_slice(&raw[..32]);
+        let mut s = U256::from_be_slice(&raw[32..]);
+        if s > SECP256K1_ORDER >> 1 {
+            s = SECP256K1_ORDER - s;
+        }
+        [false, true]
+            .into_iter()
+            .map(|parity| Signature::new(r, s, parity))
+            .find(|signature| {
+                signature
+                    .recover_address_from_prehash(hash)
+                    .is_ok_and(|a| a == self.address)
+            })
+            .ok_or_else(|| TokenError {
+                doing: "signing".into(),
+                reason: "no recovery id yields the key's address".into(),
+            })
+    }
+}

@@ -6,5 +6,6 @@ mod endpoints;
 mod evm;
 mod gateway;
 mod keys;
+mod mtls;
 mod naive;
 mod replacements;

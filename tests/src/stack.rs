@@ -97,6 +97,10 @@ pub struct StackOptions {
     pub signer_tables: String,
     /// Extra environment of the signer processes.
     pub signer_env: Vec<(String, String)>,
+    /// How the broadcaster reaches the signer, instead of its Unix socket.
+    pub broadcaster_signer_url: Option<String>,
+    /// Extra tables of the broadcaster's config (e.g. `[signer_tls]`).
+    pub broadcaster_tables: String,
 }
 
 impl Default for StackOptions {
@@ -112,6 +116,8 @@ impl Default for StackOptions {
             signer_settings: String::new(),
             signer_tables: String::new(),
             signer_env: Vec::new(),
+            broadcaster_signer_url: None,
+            broadcaster_tables: String::new(),
         }
     }
 }
@@ -233,11 +239,15 @@ impl Stack {
             );
             let broadcaster_addr = free_addr();
             let broadcaster_toml = format!(
-                "listen = \"{broadcaster_addr}\"\nsigner_url = \"unix:{}\"\npoll_ms = 100\n\
-                 rpc_timeout_ms = 2000\nrebroadcast_ms = 3000\nfee_bump_after_ms = {}\nconfirmations = {}\n{store}{send_chain}",
-                socket.display(),
+                "listen = \"{broadcaster_addr}\"\nsigner_url = \"{}\"\npoll_ms = 100\n\
+                 rpc_timeout_ms = 2000\nrebroadcast_ms = 3000\nfee_bump_after_ms = {}\nconfirmations = {}\n{store}{send_chain}{}",
+                options
+                    .broadcaster_signer_url
+                    .clone()
+                    .unwrap_or_else(|| format!("unix:{}", socket.display())),
                 options.fee_bump_after_ms,
-                options.confirmations
+                options.confirmations,
+                options.broadcaster_tables
             );
             broadcasters.push(
                 Service::start(

@@ -23,6 +23,8 @@ pub struct Config {
     /// The signer's address: `unix:/path/to/signer.sock` (authenticated by uid) or, for
     /// local development, `http://host:port`.
     pub signer_url: String,
+    /// Client certificate for a signer over mutual TLS (`signer_url = "https://…"`).
+    pub signer_tls: Option<SignerTlsConfig>,
     /// EVM chains served.
     pub evm_chains: Vec<EvmChainConfig>,
     /// How often the store is scanned for work, in milliseconds.
@@ -42,6 +44,20 @@ pub struct Config {
     pub log: LogConfig,
 }
 
+/// The broadcaster's side of mutual TLS with the signer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignerTlsConfig {
+    /// The CA that issued the signer's certificate (PEM).
+    pub ca: std::path::PathBuf,
+    /// This broadcaster's client certificate (PEM).
+    pub cert: std::path::PathBuf,
+    /// Its private key (PEM).
+    pub key: std::path::PathBuf,
+    /// The name the signer's certificate is checked against; the URL's host by default.
+    pub domain: Option<String>,
+}
+
 /// One EVM chain.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -58,6 +74,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 50053)),
             store: StoreConfig::default(),
             signer_url: "http://127.0.0.1:50052".into(),
+            signer_tls: None,
             evm_chains: vec![EvmChainConfig {
                 chain_id: 31337,
                 rpc_urls: vec!["http://127.0.0.1:8545".into()],

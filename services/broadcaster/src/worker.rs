@@ -53,7 +53,7 @@ impl Worker {
                 },
             );
         }
-        let channel = signer_channel(&config.signer_url)?;
+        let channel = signer_channel(&config.signer_url, config.signer_tls.as_ref())?;
         Ok(Self {
             store,
             signer: SignerServiceClient::new(channel),
@@ -512,9 +512,12 @@ impl Worker {
     }
 }
 
-/// A lazy channel to the signer: `unix:/path/to.sock` (the signer checks our uid) or an
-/// `http://` address.
-fn signer_channel(url: &str) -> anyhow::Result<Channel> {
+/// A lazy channel to the signer: `unix:/path/to.sock` (the signer checks our uid),
+/// `https://` with our client certificate (mutual TLS), or `http://` (development).
+fn signer_channel(
+    url: &str,
+    tls: Option<&crate::config::SignerTlsConfig>,
+) -> anyhow::Result<Channel> {
     let timeout = Duration::from_secs(30);
     if let Some(path) = url.strip_prefix("unix:") {
         let path = std::path::PathBuf::from(path);
@@ -532,9 +535,23 @@ fn signer_channel(url: &str) -> anyhow::Result<Channel> {
                 .connect_with_connector_lazy(connector),
         );
     }
-    Ok(tonic::transport::Endpoint::from_shared(url.to_owned())?
-        .timeout(timeout)
-        .connect_lazy())
+    let mut endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())?.timeout(timeout);
+    if let Some(tls) = tls {
+        let read = |path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))
+        };
+        let mut config = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(read(&tls.ca)?))
+            .identity(tonic::transport::Identity::from_pem(
+                read(&tls.cert)?,
+                read(&tls.key)?,
+            ));
+        if let Some(domain) = &tls.domain {
+            config = config.domain_name(domain.clone());
+        }
+        endpoint = endpoint.tls_config(config)?;
+    }
+    Ok(endpoint.connect_lazy())
 }
 
 /// Attempt reasons of the self-transfers that take an operation's nonce.

@@ -109,3 +109,10 @@ fn async_stream(
         }
     })
 }
+
+/// The SHA-256 fingerprint (lowercase hex) of a DER certificate: the identity the allow-list
+/// names.
+pub(crate) fn fingerprint(der: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(der))
+}

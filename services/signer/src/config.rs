@@ -24,6 +24,8 @@ pub struct Config {
     pub unix_socket: Option<PathBuf>,
     /// Uids allowed on `unix_socket`; empty: the signer's own uid only.
     pub allowed_uids: Vec<u32>,
+    /// The signer API over TCP with mutual TLS (`[tls]`), for callers on other hosts.
+    pub tls: Option<TlsConfig>,
     /// The store shared with the gateway and broadcaster.
     pub store: StoreConfig,
     /// Directory of Web3 Secret Storage (v3) keystore files, one key per file.
@@ -42,6 +44,24 @@ pub struct Config {
     pub policies: Vec<crate::policy::KeyPolicy>,
     /// Logging.
     pub log: LogConfig,
+}
+
+/// Mutual TLS for the signer API: callers must present a certificate issued by `client_ca`
+/// whose SHA-256 fingerprint is allowed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Address of the mTLS API.
+    pub listen: SocketAddr,
+    /// The signer's certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Its private key (PEM).
+    pub key: PathBuf,
+    /// The CA that issues callers' certificates (PEM).
+    pub client_ca: PathBuf,
+    /// SHA-256 fingerprints (hex) of the client certificates allowed; empty: any the CA issued.
+    #[serde(default)]
+    pub allowed_client_fingerprints: Vec<String>,
 }
 
 /// One EVM chain.
@@ -74,6 +94,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 50052)),
             unix_socket: None,
             allowed_uids: Vec::new(),
+            tls: None,
             store: StoreConfig::default(),
             keystore_dir: PathBuf::from("keys"),
             passphrase_file: None,

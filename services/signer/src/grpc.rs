@@ -5,14 +5,38 @@ use sigcast_proto::sigcast::signer::v1 as api;
 use tonic::{Request, Response, Status};
 
 /// Who is calling: the peer uid on a Unix socket (checked against the allow-list when the
-/// connection was accepted), else the TCP peer address.
+/// connection was accepted), the client certificate's fingerprint over mTLS, else the TCP
+/// peer address.
 pub(crate) fn caller_identity<T>(request: &Request<T>) -> String {
     if let Some(uid) = request.extensions().get::<crate::auth::PeerUid>() {
         return format!("uid:{}", uid.0);
     }
+    if let Some(cert) = request
+        .peer_certs()
+        .and_then(|certs| certs.first().cloned())
+    {
+        return format!("cert:sha256:{}", crate::auth::fingerprint(&cert));
+    }
     request
         .remote_addr()
         .map_or_else(|| "unknown".to_owned(), |addr| format!("tcp:{addr}"))
+}
+
+impl Signer {
+    /// Refuses a TLS caller whose certificate is not on the allow-list (the TLS handshake has
+    /// already refused callers without a certificate from the client CA).
+    fn authorize<T>(&self, request: &Request<T>) -> Result<String, Status> {
+        let caller = caller_identity(request);
+        if let Some(fingerprint) = caller.strip_prefix("cert:sha256:")
+            && !self.allowed_certificate(fingerprint)
+        {
+            tracing::warn!(%caller, "refused a caller: client certificate not allowed");
+            return Err(Status::permission_denied(format!(
+                "client certificate {fingerprint} is not allowed"
+            )));
+        }
+        Ok(caller)
+    }
 }
 
 #[tonic::async_trait]
@@ -21,7 +45,7 @@ impl api::signer_service_server::SignerService for Signer {
         &self,
         request: Request<api::SignOperationRequest>,
     ) -> Result<Response<api::SignOperationResponse>, Status> {
-        let caller = caller_identity(&request);
+        let caller = self.authorize(&request)?;
         let request = request.into_inner();
         let op_id = sigcast_proto::parse_op_id("op_id", &request.op_id)
             .map_err(|v| Status::invalid_argument(v.to_string()))?;
@@ -56,8 +80,9 @@ impl api::signer_service_server::SignerService for Signer {
 
     async fn list_keys(
         &self,
-        _: Request<api::ListKeysRequest>,
+        request: Request<api::ListKeysRequest>,
     ) -> Result<Response<api::ListKeysResponse>, Status> {
+        self.authorize(&request)?;
         let keys = self
             .keys()
             .entries()

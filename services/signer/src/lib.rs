@@ -45,10 +45,11 @@ pub fn harden_process() {
     }
 }
 
-/// Loads the keys, opens the store, checks the chains and serves the signer API until
-/// `shutdown` completes: on the configured Unix socket (callers authenticated by uid), with
-/// gRPC health on `listener`; or, with no socket configured, on `listener` itself, which
-/// authenticates nobody and is meant for local development.
+/// Loads the keys, opens the store, checks the chains and serves until `shutdown` completes:
+/// gRPC health on `listener`; the signer API on the configured Unix socket (callers
+/// authenticated by uid) and/or over mutual TLS (callers authenticated by certificate); with
+/// neither configured, the API on `listener` itself, which authenticates nobody and is meant
+/// for local development.
 pub async fn run(
     config: Config,
     listener: TcpListener,
@@ -70,45 +71,78 @@ pub async fn run(
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<SignerServiceServer<Signer>>().await;
     let api = SignerServiceServer::new(signer);
-    match &config.unix_socket {
-        Some(path) => {
-            let socket = auth::bind(path)?;
-            tracing::info!(socket = %path.display(), allowed_uids = ?config.allowed_uids, health = %listener.local_addr()?, "signer serving");
-            let (stop, stopped) = tokio::sync::watch::channel(false);
-            let mut stopped_api = stopped.clone();
-            let api_server = tonic::transport::Server::builder()
-                .add_service(api)
-                .serve_with_incoming_shutdown(
-                    auth::authenticated(socket, config.allowed_uids.clone()),
-                    async move {
-                        let _ = stopped_api.wait_for(|s| *s).await;
-                    },
-                );
-            let mut stopped_health = stopped;
-            let health_server = tonic::transport::Server::builder()
-                .add_service(health_service)
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-                    let _ = stopped_health.wait_for(|s| *s).await;
-                });
-            let trigger = async move {
-                shutdown.await;
-                let _ = stop.send(true);
-            };
-            let (api_result, health_result, ()) = tokio::join!(api_server, health_server, trigger);
-            api_result?;
-            health_result?;
+
+    // Every server stops on the one shutdown signal.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let until_stopped = move || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
         }
-        None => {
-            tracing::warn!(
-                listen = %listener.local_addr()?,
-                "signer API on TCP authenticates no caller: for local development only; set unix_socket"
-            );
-            tonic::transport::Server::builder()
-                .add_service(health_service)
-                .add_service(api)
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-                .await?;
+    };
+    let mut servers = Vec::new();
+    let authenticated = config.unix_socket.is_some() || config.tls.is_some();
+    let plain = tonic::transport::Server::builder().add_service(health_service);
+    if authenticated {
+        tracing::info!(health = %listener.local_addr()?, "gRPC health");
+    } else {
+        tracing::warn!(
+            listen = %listener.local_addr()?,
+            "signer API on TCP authenticates no caller: for local development only; set unix_socket or [tls]"
+        );
+    }
+    let plain = if authenticated {
+        plain
+    } else {
+        plain.add_service(api.clone())
+    };
+    servers.push(tokio::spawn(plain.serve_with_incoming_shutdown(
+        TcpListenerStream::new(listener),
+        until_stopped(),
+    )));
+    if let Some(path) = &config.unix_socket {
+        let socket = auth::bind(path)?;
+        tracing::info!(socket = %path.display(), allowed_uids = ?config.allowed_uids, "signer API on a Unix socket");
+        let incoming = auth::authenticated(socket, config.allowed_uids.clone());
+        let server = tonic::transport::Server::builder().add_service(api.clone());
+        servers.push(tokio::spawn(
+            server.serve_with_incoming_shutdown(incoming, until_stopped()),
+        ));
+    }
+    if let Some(tls) = &config.tls {
+        let read = |path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))
+        };
+        let tls_config = tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(
+                read(&tls.cert)?,
+                read(&tls.key)?,
+            ))
+            .client_ca_root(tonic::transport::Certificate::from_pem(read(
+                &tls.client_ca,
+            )?));
+        let listener = TcpListener::bind(tls.listen).await?;
+        tracing::info!(listen = %tls.listen, allowed = tls.allowed_client_fingerprints.len(), "signer API over mutual TLS");
+        let server = tonic::transport::Server::builder()
+            .tls_config(tls_config)?
+            .add_service(api);
+        servers.push(tokio::spawn(server.serve_with_incoming_shutdown(
+            TcpListenerStream::new(listener),
+            until_stopped(),
+        )));
+    }
+    // A server that ends on its own (a socket error) ends the signer: better down than deaf.
+    let mut running: futures::stream::FuturesUnordered<_> = servers.into_iter().collect();
+    tokio::select! {
+        () = shutdown => {}
+        Some(ended) = futures::StreamExt::next(&mut running) => {
+            ended??;
+            anyhow::bail!("a signer server stopped unexpectedly");
         }
+    }
+    let _ = stop.send(true);
+    while let Some(ended) = futures::StreamExt::next(&mut running).await {
+        ended??;
     }
     tracing::info!("signer stopped");
     Ok(())

@@ -100,6 +100,7 @@ pub struct Signer {
     chains: Arc<HashMap<u64, EvmChain>>,
     rules: IntentRules,
     policies: Arc<Vec<KeyPolicy>>,
+    allowed_certificates: Arc<Vec<String>>,
 }
 
 impl Signer {
@@ -127,6 +128,18 @@ impl Signer {
             chains: Arc::new(chains),
             rules,
             policies: Arc::new(config.policies.clone()),
+            allowed_certificates: Arc::new(
+                config
+                    .tls
+                    .as_ref()
+                    .map(|tls| {
+                        tls.allowed_client_fingerprints
+                            .iter()
+                            .map(|f| f.to_ascii_lowercase().replace(':', ""))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            ),
         })
     }
 
@@ -141,6 +154,13 @@ impl Signer {
             );
         }
         Ok(())
+    }
+
+    /// Whether a TLS client certificate (SHA-256 hex) may call: any the client CA issued when
+    /// no allow-list is configured.
+    pub(crate) fn allowed_certificate(&self, fingerprint: &str) -> bool {
+        self.allowed_certificates.is_empty()
+            || self.allowed_certificates.iter().any(|f| f == fingerprint)
     }
 
     /// The keys held.

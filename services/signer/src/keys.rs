@@ -8,6 +8,7 @@ use sigcast_evm::Address;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use zeroize::Zeroizing;
 
 /// Why keys could not be loaded or written.
 #[derive(Debug, thiserror::Error)]
@@ -33,9 +34,10 @@ pub enum KeyError {
     },
 }
 
-/// The passphrase: from `file` if configured, else from the environment variable.
-pub fn read_passphrase(file: Option<&Path>, env_var: &str) -> Result<String, KeyError> {
-    match file {
+/// The passphrase: from `file` if configured, else from the environment variable. Wiped from
+/// memory when dropped.
+pub fn read_passphrase(file: Option<&Path>, env_var: &str) -> Result<Zeroizing<String>, KeyError> {
+    let passphrase = match file {
         Some(path) => std::fs::read_to_string(path)
             .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
             .map_err(|e| KeyError::Passphrase(format!("reading {}: {e}", path.display()))),
@@ -44,7 +46,8 @@ pub fn read_passphrase(file: Option<&Path>, env_var: &str) -> Result<String, Key
                 "set passphrase_file or the {env_var} environment variable"
             ))
         }),
-    }
+    };
+    passphrase.map(Zeroizing::new)
 }
 
 /// A key the signer can sign with: decrypted from a keystore into this process, or inside a
@@ -141,6 +144,54 @@ impl Keyring {
     pub fn accounts(&self) -> Vec<Address> {
         self.keys.keys().copied().collect()
     }
+}
+
+/// Encrypts the secp256k1 private key held (as hex) in `key_file` into a keystore in `dir`,
+/// named by its account. The key is read into memory that is wiped after use; the plain file
+/// is the operator's to destroy.
+pub fn import_key_file(dir: &Path, key_file: &Path, passphrase: &str) -> Result<Address, KeyError> {
+    let file_error = |reason: String| KeyError::File {
+        file: key_file.into(),
+        reason,
+    };
+    let text =
+        Zeroizing::new(std::fs::read_to_string(key_file).map_err(|e| file_error(e.to_string()))?);
+    let hex_key = text.trim().trim_start_matches("0x");
+    let bytes = Zeroizing::new(
+        hex::decode(hex_key).map_err(|_| file_error("not a hex private key".into()))?,
+    );
+    if bytes.len() != 32 {
+        return Err(file_error(format!(
+            "a private key is 32 bytes, this is {}",
+            bytes.len()
+        )));
+    }
+    let address = PrivateKeySigner::from_slice(&bytes)
+        .map_err(|_| file_error("not a valid secp256k1 key".into()))?
+        .address();
+    std::fs::create_dir_all(dir).map_err(|e| KeyError::Dir {
+        dir: dir.into(),
+        reason: e.to_string(),
+    })?;
+    let name = format!("{address}.json");
+    if dir.join(&name).exists() {
+        return Err(KeyError::File {
+            file: dir.join(&name),
+            reason: "a keystore for this account exists".into(),
+        });
+    }
+    PrivateKeySigner::encrypt_keystore(
+        dir,
+        &mut rand::thread_rng(),
+        bytes.as_slice(),
+        passphrase,
+        Some(&name),
+    )
+    .map_err(|e| KeyError::File {
+        file: dir.join(&name),
+        reason: e.to_string(),
+    })?;
+    Ok(address)
 }
 
 /// The private keys of anvil's (and hardhat's) default dev accounts, derived from the public

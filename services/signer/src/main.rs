@@ -45,6 +45,13 @@ enum KeysCommand {
         #[arg(long, default_value_t = 4)]
         count: usize,
     },
+    /// Encrypt an existing secp256k1 key (hex in a file) into a keystore; prints its account.
+    /// Destroy the plain file afterwards.
+    Import {
+        /// File holding the private key as hex.
+        #[arg(long)]
+        key_file: PathBuf,
+    },
     /// Generate a secp256k1 key inside the configured PKCS#11 token (non-extractable);
     /// prints its account.
     Generate {
@@ -92,6 +99,12 @@ async fn serve() -> anyhow::Result<()> {
                     {
                         println!("{account}");
                     }
+                }
+                KeysCommand::Import { key_file } => {
+                    println!(
+                        "{}",
+                        keys::import_key_file(&config.keystore_dir, &key_file, &passphrase()?)?
+                    )
                 }
                 KeysCommand::Generate { label } => println!("{}", token()?.generate(&label)?),
                 KeysCommand::List => {

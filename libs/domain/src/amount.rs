@@ -63,6 +63,22 @@ impl Wei {
     }
 }
 
+impl Ord for Wei {
+    /// Numeric order: canonical decimals (no leading zeros) compare by length, then digits.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0
+            .len()
+            .cmp(&other.0.len())
+            .then_with(|| self.0.cmp(&other.0))
+    }
+}
+
+impl PartialOrd for Wei {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 impl std::fmt::Display for Wei {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
@@ -107,6 +123,14 @@ mod tests {
         for bad in ["", "-1", "1.5", "1e18", "0x10", " 1", "1_000", "+1", "１"] {
             assert!(Wei::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn wei_orders_numerically() {
+        let w = |s| Wei::parse(s).unwrap();
+        assert!(w("9") < w("10"));
+        assert!(w("0100") > w("99"));
+        assert_eq!(w("007").cmp(&w("7")), std::cmp::Ordering::Equal);
     }
 
     #[test]

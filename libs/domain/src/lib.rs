@@ -11,6 +11,7 @@ mod error;
 mod fingerprint;
 mod intent;
 mod op_id;
+pub mod policy;
 mod state;
 
 pub use address::{EvmAddress, SolanaPubkey};

@@ -25,6 +25,9 @@ pub struct Config {
     pub chains: ChainsConfig,
     /// Request limits.
     pub limits: LimitsConfig,
+    /// The signer's key policies (`[[policies]]`, the same table the signer reads): a submit
+    /// the signer would refuse is PERMISSION_DENIED at once. The signer still enforces them.
+    pub policies: Vec<sigcast_domain::policy::KeyPolicy>,
     /// How often a WatchOperation stream re-reads its operation, in milliseconds.
     pub watch_poll_ms: u64,
     /// Logging.
@@ -58,6 +61,7 @@ impl Default for Config {
             store: StoreConfig::default(),
             chains: ChainsConfig::default(),
             limits: LimitsConfig::default(),
+            policies: Vec::new(),
             watch_poll_ms: 200,
             log: LogConfig::default(),
         }
@@ -105,6 +109,11 @@ impl ServiceConfig for Config {
         }
         if !(10..=60_000).contains(&self.watch_poll_ms) {
             return invalid("watch_poll_ms", "must be 10 to 60000");
+        }
+        for policy in &self.policies {
+            policy
+                .validate()
+                .map_err(|rule| ConfigError::invalid("policies", rule))?;
         }
         if self.store.max_concurrency == 0 {
             return invalid("store.max_concurrency", "must be at least 1");

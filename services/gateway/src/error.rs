@@ -25,6 +25,14 @@ pub enum Error {
         /// Fingerprint of the submitted intent.
         submitted: String,
     },
+    /// The signing key's policy forbids the intent; nothing was recorded.
+    #[error("the policy of key {account} forbids this operation: {rule}; nothing was recorded")]
+    PolicyDenied {
+        /// The signing account.
+        account: String,
+        /// The rule broken.
+        rule: String,
+    },
     /// No such operation.
     #[error("no operation with op_id {0:?}")]
     NotFound(String),
@@ -78,6 +86,12 @@ impl From<Error> for Status {
                 ]);
                 let details = ErrorDetails::with_error_info("OP_ID_CONFLICT", "sigcast", metadata);
                 Status::with_error_details(Code::AlreadyExists, message, details)
+            }
+            Error::PolicyDenied { account, rule } => {
+                let metadata =
+                    HashMap::from([("account".to_owned(), account), ("rule".to_owned(), rule)]);
+                let details = ErrorDetails::with_error_info("POLICY_DENIED", "sigcast", metadata);
+                Status::with_error_details(Code::PermissionDenied, message, details)
             }
             Error::NotFound(_) => Status::not_found(message),
             Error::FailedPrecondition { op_id, state, .. } => {

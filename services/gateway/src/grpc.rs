@@ -26,6 +26,7 @@ pub struct Gateway {
     rules: IntentRules,
     watch_poll: Duration,
     shutdown: watch::Receiver<bool>,
+    policies: std::sync::Arc<Vec<sigcast_domain::policy::KeyPolicy>>,
 }
 
 impl Gateway {
@@ -42,7 +43,14 @@ impl Gateway {
             rules,
             watch_poll,
             shutdown,
+            policies: Default::default(),
         }
+    }
+
+    /// Refuses at submit what these key policies forbid (the signer enforces them too).
+    pub fn with_policies(mut self, policies: Vec<sigcast_domain::policy::KeyPolicy>) -> Self {
+        self.policies = std::sync::Arc::new(policies);
+        self
     }
 
     async fn submit(
@@ -72,6 +80,16 @@ impl Gateway {
         let outcome = match existing {
             Some(stored) => operations::classify_submit(stored, &fingerprint),
             None => {
+                let account = intent.account();
+                if let Some(policy) = sigcast_domain::policy::policy_for(&self.policies, &account)
+                    && let Err(violation) = policy.check(&intent)
+                {
+                    tracing::info!(op.id = %op_id, %account, rule = %violation.0, "refused by key policy");
+                    return Err(Error::PolicyDenied {
+                        account,
+                        rule: violation.0,
+                    });
+                }
                 let new = pb::Operation {
                     op_id: op_id.to_string(),
                     intent: Some(intent_to_proto(&intent)),

@@ -42,7 +42,8 @@ pub async fn run(
         config.intent_rules(),
         config.watch_poll(),
         watches_stopped,
-    );
+    )
+    .with_policies(config.policies.clone());
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health

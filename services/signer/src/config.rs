@@ -41,7 +41,7 @@ pub struct Config {
     pub rpc_timeout_ms: u64,
     /// Signing policy per key (`[[policies]]`, `account = "*"` for the default); a key with no
     /// policy is limited only by the chains the signer serves.
-    pub policies: Vec<crate::policy::KeyPolicy>,
+    pub policies: Vec<sigcast_domain::policy::KeyPolicy>,
     /// Logging.
     pub log: LogConfig,
 }
@@ -122,6 +122,11 @@ impl ServiceConfig for Config {
                     format!("chain {} needs at least one endpoint", chain.chain_id),
                 ));
             }
+        }
+        for policy in &self.policies {
+            policy
+                .validate()
+                .map_err(|rule| ConfigError::invalid("policies", rule))?;
         }
         if self.rpc_timeout_ms == 0 {
             return Err(ConfigError::invalid("rpc_timeout_ms", "must be positive"));

@@ -10,7 +10,6 @@ pub mod config;
 mod error;
 mod grpc;
 pub mod keys;
-pub mod policy;
 mod sign;
 pub mod token;
 

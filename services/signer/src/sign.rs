@@ -8,8 +8,8 @@
 use crate::config::{Config, TxType};
 use crate::error::{Error, Result};
 use crate::keys::Keyring;
-use crate::policy::{KeyPolicy, policy_for};
 use prost::Message;
+use sigcast_domain::policy::{KeyPolicy, policy_for};
 use sigcast_domain::{EvmAddress, EvmTransfer, Wei};
 use sigcast_domain::{Intent, IntentRules, OperationState};
 use sigcast_evm::U256;
@@ -235,12 +235,20 @@ impl Signer {
         } = self.resolve(&op)?;
         let from = Address::from(*from.as_bytes());
         let policy = policy_for(&self.policies, &op.account).cloned();
-        let value = match &policy {
-            Some(policy) => policy.check(&intent).map_err(|v| Error::PolicyDenied {
+        if let Some(policy) = &policy {
+            policy.check(&intent).map_err(|v| Error::PolicyDenied {
                 op_id: op_id.to_owned(),
                 rule: v.0,
-            })?,
-            None => U256::ZERO,
+            })?;
+        }
+        let value = match &intent {
+            Intent::EvmTransfer(t) => {
+                U256::from_str_radix(t.value.as_str(), 10).unwrap_or(U256::MAX)
+            }
+            Intent::EvmContractCall(c) => {
+                U256::from_str_radix(c.value.as_str(), 10).unwrap_or(U256::MAX)
+            }
+            _ => U256::ZERO,
         };
 
         // Chain reads happen before the store transaction, which must not wait on the network.
@@ -292,10 +300,10 @@ impl Signer {
                         .fold(U256::ZERO, |sum, v| {
                             sum.saturating_add(U256::from_be_slice(v))
                         });
-                    if let Err(v) = policy.check_window(spent, value) {
+                    if let Err(rule) = check_window(policy, spent, value) {
                         return Ok(Err(Error::PolicyDenied {
                             op_id: id.clone(),
-                            rule: v.0,
+                            rule,
                         }));
                     }
                     accounts::record_spend(
@@ -571,6 +579,21 @@ impl Signer {
         }
         Ok(signed)
     }
+}
+
+/// The rolling-window rule: `spent` is what the key signed within the policy's window.
+fn check_window(policy: &KeyPolicy, spent: U256, value: U256) -> Result<(), String> {
+    let Ok(max) = U256::from_str_radix(&policy.window_max_value_wei, 10) else {
+        return Ok(()); // no window limit (validated at start)
+    };
+    let total = spent.saturating_add(value);
+    if total > max {
+        return Err(format!(
+            "value {value} wei would bring the last {} s to {total} wei, over window_max_value_wei {max}",
+            policy.window_secs
+        ));
+    }
+    Ok(())
 }
 
 fn unix_millis(time: SystemTime) -> i64 {

@@ -411,3 +411,48 @@ async fn a_request_over_the_size_limit_is_refused() {
     assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
     assert!(rig.snapshot().is_empty());
 }
+
+#[tokio::test]
+async fn what_the_key_policy_forbids_is_permission_denied_at_submit_and_not_recorded() {
+    let rig = Rig::start_with(|config| {
+        config.policies = vec![sigcast_domain::policy::KeyPolicy {
+            account: ALICE.to_lowercase(),
+            max_value_wei: "1000".into(),
+            allowed_recipients: vec![BOB.into()],
+            ..Default::default()
+        }];
+    })
+    .await;
+    let mut client = rig.client.clone();
+    assert!(
+        client
+            .submit_operation(transfer("within", "1000"))
+            .await
+            .is_ok()
+    );
+    let before = rig.snapshot();
+    let status = client
+        .submit_operation(transfer("too-much", "1001"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied);
+    assert!(
+        status.message().contains("max_value_wei"),
+        "{}",
+        status.message()
+    );
+    let info = status.get_details_error_info().expect("ErrorInfo");
+    assert_eq!(info.reason, "POLICY_DENIED");
+    assert_eq!(info.metadata["account"], ALICE);
+    assert_eq!(rig.snapshot(), before, "nothing recorded");
+    // Another sender has no policy: accepted.
+    let mut other = transfer("other-sender", "5000");
+    if let Some(pb::Intent {
+        kind: Some(Kind::EvmTransfer(t)),
+    }) = other.intent.as_mut()
+    {
+        t.from = BOB.into();
+        t.to = ALICE.into();
+    }
+    assert!(client.submit_operation(other).await.is_ok());
+}

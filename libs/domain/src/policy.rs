@@ -1,12 +1,13 @@
-//! Per-key signing policy: which chains, how much, to whom. Checked by the signer before it
-//! signs anything; a violation refuses the operation with the rule it broke.
+//! Per-key signing policy: which chains, how much, to whom. The signer checks it before it
+//! signs anything (it is the authority); the gateway checks the same rules at submit, so a
+//! caller learns at once what the signer would refuse.
 //!
-//! Pure: the rolling-window total is read from the store by the caller, inside the signing
-//! transaction, and passed in.
+//! Pure. The rolling-window limit needs the key's recent history: the signer checks it inside
+//! its signing transaction.
 
+use crate::amount::Wei;
+use crate::intent::Intent;
 use serde::{Deserialize, Serialize};
-use sigcast_domain::Intent;
-use sigcast_evm::U256;
 
 /// The policy of one account (or of every account without its own, with `account = "*"`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -34,10 +35,6 @@ pub struct KeyPolicy {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation(pub String);
 
-fn wei(text: &str) -> Option<U256> {
-    (!text.is_empty()).then(|| U256::from_str_radix(text, 10).unwrap_or(U256::MAX))
-}
-
 fn same_address(a: &str, b: &str) -> bool {
     a.eq_ignore_ascii_case(b)
 }
@@ -48,31 +45,53 @@ impl KeyPolicy {
         same_address(&self.account, account)
     }
 
-    /// Checks an EVM intent against the rules that need no history.
-    pub fn check(&self, intent: &Intent) -> Result<U256, Violation> {
-        let (chain_id, to, value, data) = match intent {
-            Intent::EvmTransfer(t) => (t.chain_id, t.to.to_string(), t.value.as_str(), None),
-            Intent::EvmContractCall(c) => (
-                c.chain_id,
-                c.to.to_string(),
-                c.value.as_str(),
-                Some(&c.data),
-            ),
-            other => {
-                return Err(Violation(format!(
-                    "chain {} is not covered by this EVM key's policy",
-                    other.chain()
-                )));
+    /// Checks the values that parse but cannot work: amounts must be decimal wei, selectors
+    /// `0x` + 8 hex digits, a window limit needs a window.
+    pub fn validate(&self) -> Result<(), String> {
+        for (field, value) in [
+            ("max_value_wei", &self.max_value_wei),
+            ("window_max_value_wei", &self.window_max_value_wei),
+        ] {
+            if !value.is_empty() {
+                Wei::parse(value)
+                    .map_err(|rule| format!("policy for {}: {field} {rule}", self.account))?;
             }
+        }
+        if !self.window_max_value_wei.is_empty() && self.window_secs == 0 {
+            return Err(format!(
+                "policy for {}: window_max_value_wei needs window_secs",
+                self.account
+            ));
+        }
+        for selector in &self.allowed_selectors {
+            let digits = selector.strip_prefix("0x").unwrap_or_default();
+            if digits.len() != 8 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!(
+                    "policy for {}: selector {selector:?} must be 0x + 8 hex digits",
+                    self.account
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks an intent against the rules that need no history. Only EVM intents are
+    /// governed: a Solana key's policy is not expressed here yet.
+    pub fn check(&self, intent: &Intent) -> Result<(), Violation> {
+        let (chain_id, to, value, data) = match intent {
+            Intent::EvmTransfer(t) => (t.chain_id, t.to.to_string(), &t.value, None),
+            Intent::EvmContractCall(c) => (c.chain_id, c.to.to_string(), &c.value, Some(&c.data)),
+            Intent::SolanaTransfer(_) | Intent::SolanaInstructions(_) => return Ok(()),
         };
-        let value = U256::from_str_radix(value, 10).unwrap_or(U256::MAX);
         if !self.allowed_chain_ids.is_empty() && !self.allowed_chain_ids.contains(&chain_id) {
             return Err(Violation(format!(
                 "chain {chain_id} is not in allowed_chain_ids {:?}",
                 self.allowed_chain_ids
             )));
         }
-        if let Some(max) = wei(&self.max_value_wei).filter(|max| value > *max) {
+        if let Ok(max) = Wei::parse(&self.max_value_wei)
+            && value > &max
+        {
             return Err(Violation(format!(
                 "value {value} wei exceeds max_value_wei {max}"
             )));
@@ -112,19 +131,7 @@ impl KeyPolicy {
                 }
             }
         }
-        Ok(value)
-    }
-
-    /// Checks the rolling window: `spent` is what the key signed within `window_secs`.
-    pub fn check_window(&self, spent: U256, value: U256) -> Result<(), Violation> {
-        match wei(&self.window_max_value_wei) {
-            Some(max) if spent.saturating_add(value) > max => Err(Violation(format!(
-                "value {value} wei would bring the last {} s to {} wei, over window_max_value_wei {max}",
-                self.window_secs,
-                spent.saturating_add(value)
-            ))),
-            _ => Ok(()),
-        }
+        Ok(())
     }
 }
 
@@ -139,7 +146,7 @@ pub fn policy_for<'a>(policies: &'a [KeyPolicy], account: &str) -> Option<&'a Ke
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sigcast_domain::{EvmAddress, EvmContractCall, EvmTransfer, Wei};
+    use crate::{EvmAddress, EvmContractCall, EvmTransfer};
 
     const A: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
     const B: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
@@ -176,7 +183,8 @@ mod tests {
             allowed_contracts: vec![B.into()],
             allowed_selectors: vec!["0xa9059cbb".into()],
         };
-        assert_eq!(policy.check(&transfer(1, B, "100")), Ok(U256::from(100)));
+        assert_eq!(policy.check(&transfer(1, B, "100")), Ok(()));
+        assert!(policy.validate().is_ok());
         let rule = |intent: &Intent| policy.check(intent).unwrap_err().0;
         assert!(rule(&transfer(5, B, "1")).contains("allowed_chain_ids"));
         assert!(rule(&transfer(1, B, "101")).contains("max_value_wei"));
@@ -188,14 +196,16 @@ mod tests {
                 .check(&call(B, vec![0xa9, 0x05, 0x9c, 0xbb, 1]))
                 .is_ok()
         );
-        assert!(policy.check_window(U256::from(100), U256::from(50)).is_ok());
-        assert!(
-            policy
-                .check_window(U256::from(101), U256::from(50))
-                .unwrap_err()
-                .0
-                .contains("window_max_value_wei")
-        );
+        let bad = KeyPolicy {
+            allowed_selectors: vec!["a9059cbb".into()],
+            ..policy.clone()
+        };
+        assert!(bad.validate().unwrap_err().contains("selector"));
+        let bad = KeyPolicy {
+            max_value_wei: "1.5".into(),
+            ..policy.clone()
+        };
+        assert!(bad.validate().unwrap_err().contains("max_value_wei"));
     }
 
     #[test]

@@ -339,40 +339,19 @@ impl Signer {
                     gas_limit,
                     fees,
                 };
-                let unsigned = match build_transaction(&intent, params) {
-                    Ok(unsigned) => unsigned,
-                    Err(e) => {
-                        return Ok(Err(Error::BadIntent {
-                            op_id: id.clone(),
-                            reason: e.to_string(),
-                        }));
-                    }
-                };
-                let signature = match key.sign_hash(&unsigned.signature_hash()) {
-                    Ok(signature) => signature,
-                    Err(e) => {
-                        return Ok(Err(Error::Sign {
-                            op_id: id.clone(),
-                            nonce: allocation.nonce,
-                            reason: e.to_string(),
-                        }));
-                    }
-                };
-                let digest = unsigned.signature_hash();
-                let signed = unsigned.into_signed(signature);
-                accounts::put_payload(tx, &root, &id, 1, &signed.raw)?;
-                let audit = AuditRecord {
-                    op_id: id.clone(),
+                let signing = Signing {
+                    root: &root,
+                    op_id: &id,
                     attempt: 1,
-                    purpose: SignPurpose::Initial.into(),
-                    key_id: account.clone(),
-                    digest: digest.to_string(),
-                    tx_id: signed.hash.to_string(),
-                    nonce: allocation.nonce,
-                    time_unix_ms: unix_millis(now),
-                    caller: caller.clone(),
+                    purpose: SignPurpose::Initial,
+                    account: &account,
+                    caller: &caller,
+                    now,
                 };
-                accounts::append_audit(tx, &root, &id, 1, &audit.encode_to_vec())?;
+                let signed = match signing.sign_and_record(tx, &intent, params, &key)? {
+                    Ok(signed) => signed,
+                    Err(e) => return Ok(Err(e)),
+                };
                 let mut op = stored.clone();
                 op.set_state(state_to_proto(OperationState::Signed));
                 op.signing = Some(pb::operation::Signing::Evm(pb::EvmSigning {
@@ -523,41 +502,20 @@ impl Signer {
                         owner: owner.unwrap_or_default(),
                     })));
                 }
-                let unsigned = match build_transaction(&intent, params) {
-                    Ok(unsigned) => unsigned,
-                    Err(e) => {
-                        return Ok(Err(Error::BadIntent {
-                            op_id: id.clone(),
-                            reason: e.to_string(),
-                        }));
-                    }
-                };
-                let signature = match key.sign_hash(&unsigned.signature_hash()) {
-                    Ok(signature) => signature,
-                    Err(e) => {
-                        return Ok(Err(Error::Sign {
-                            op_id: id.clone(),
-                            nonce: params.nonce,
-                            reason: e.to_string(),
-                        }));
-                    }
-                };
-                let digest = unsigned.signature_hash();
-                let signed = unsigned.into_signed(signature);
                 let number = last.number + 1;
-                accounts::put_payload(tx, &root, &id, number, &signed.raw)?;
-                let audit = AuditRecord {
-                    op_id: id.clone(),
+                let signing = Signing {
+                    root: &root,
+                    op_id: &id,
                     attempt: number,
-                    purpose: kind.purpose().into(),
-                    key_id: stored.account.clone(),
-                    digest: digest.to_string(),
-                    tx_id: signed.hash.to_string(),
-                    nonce: params.nonce,
-                    time_unix_ms: unix_millis(now),
-                    caller: caller.clone(),
+                    purpose: kind.purpose(),
+                    account: &stored.account,
+                    caller: &caller,
+                    now,
                 };
-                accounts::append_audit(tx, &root, &id, number, &audit.encode_to_vec())?;
+                let signed = match signing.sign_and_record(tx, &intent, params, &key)? {
+                    Ok(signed) => signed,
+                    Err(e) => return Ok(Err(e)),
+                };
                 let mut op = stored.clone();
                 op.attempts.push(pb::Attempt {
                     number,
@@ -578,6 +536,72 @@ impl Signer {
             tracing::info!(op.id = %op_id, tx = %signed.tx_id, attempt = signed.attempt, reason = kind.reason(), "replacement signed");
         }
         Ok(signed)
+    }
+}
+
+/// One signature being made inside a store transaction.
+struct Signing<'a> {
+    root: &'a sigcast_store::tuple::Subspace,
+    op_id: &'a str,
+    attempt: u32,
+    purpose: SignPurpose,
+    account: &'a str,
+    caller: &'a str,
+    now: SystemTime,
+}
+
+impl Signing<'_> {
+    /// Builds the transaction, signs its digest with `key`, and records the signed payload and
+    /// the audit record under this attempt, in the caller's transaction.
+    fn sign_and_record(
+        &self,
+        tx: &mut dyn sigcast_store::KvTransaction,
+        intent: &Intent,
+        params: TxParams,
+        key: &crate::keys::KeyHandle,
+    ) -> sigcast_store::Result<Result<sigcast_evm::SignedTx>> {
+        let op_id = self.op_id.to_owned();
+        let unsigned = match build_transaction(intent, params) {
+            Ok(unsigned) => unsigned,
+            Err(e) => {
+                return Ok(Err(Error::BadIntent {
+                    op_id,
+                    reason: e.to_string(),
+                }));
+            }
+        };
+        let digest = unsigned.signature_hash();
+        let signature = match key.sign_hash(&digest) {
+            Ok(signature) => signature,
+            Err(reason) => {
+                return Ok(Err(Error::Sign {
+                    op_id,
+                    nonce: params.nonce,
+                    reason,
+                }));
+            }
+        };
+        let signed = unsigned.into_signed(signature);
+        accounts::put_payload(tx, self.root, self.op_id, self.attempt, &signed.raw)?;
+        let audit = AuditRecord {
+            op_id,
+            attempt: self.attempt,
+            purpose: self.purpose.into(),
+            key_id: self.account.to_owned(),
+            digest: digest.to_string(),
+            tx_id: signed.hash.to_string(),
+            nonce: params.nonce,
+            time_unix_ms: unix_millis(self.now),
+            caller: self.caller.to_owned(),
+        };
+        accounts::append_audit(
+            tx,
+            self.root,
+            self.op_id,
+            self.attempt,
+            &audit.encode_to_vec(),
+        )?;
+        Ok(Ok(signed))
     }
 }
 

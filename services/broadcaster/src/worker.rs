@@ -123,7 +123,7 @@ impl Worker {
         };
         match self.signer.clone().sign_operation(request).await {
             Ok(_) => {}
-            Err(status) if status.code() == tonic::Code::PermissionDenied => {
+            Err(status) if refuses_the_operation(&status) => {
                 // The signer will never sign it (no key, or policy): it was never applied.
                 let reason = status.message().to_owned();
                 tracing::warn!(op.id = %op.op_id, %reason, "signer refused the operation; rejecting it");
@@ -554,6 +554,17 @@ fn signer_channel(
     Ok(endpoint.connect_lazy())
 }
 
+/// Whether the signer refused the operation itself (no key, policy), as opposed to refusing
+/// us (an unlisted certificate) or failing: only the former makes an operation REJECTED.
+fn refuses_the_operation(status: &tonic::Status) -> bool {
+    use tonic_types::StatusExt;
+    status.code() == tonic::Code::PermissionDenied
+        && status.get_details_error_info().is_some_and(|info| {
+            info.domain == "sigcast-signer"
+                && matches!(info.reason.as_str(), "NO_KEY" | "POLICY_DENIED")
+        })
+}
+
 /// Attempt reasons of the self-transfers that take an operation's nonce.
 const CANCEL: &str = "cancel";
 const GAP_FILL: &str = "gap_fill";
@@ -571,5 +582,27 @@ fn evm_nonce(op: &pb::Operation) -> Option<u64> {
     match &op.signing {
         Some(pb::operation::Signing::Evm(evm)) => Some(evm.nonce),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic_types::{ErrorDetails, StatusExt};
+
+    #[test]
+    fn only_a_refusal_of_the_operation_rejects_it() {
+        let refusal = |reason: &str| {
+            let details = ErrorDetails::with_error_info(reason, "sigcast-signer", HashMap::new());
+            tonic::Status::with_error_details(tonic::Code::PermissionDenied, "refused", details)
+        };
+        assert!(refuses_the_operation(&refusal("POLICY_DENIED")));
+        assert!(refuses_the_operation(&refusal("NO_KEY")));
+        // The signer refusing *us* (an unlisted certificate) must never reject work.
+        assert!(!refuses_the_operation(&tonic::Status::permission_denied(
+            "client certificate not allowed"
+        )));
+        assert!(!refuses_the_operation(&refusal("SOMETHING_ELSE")));
+        assert!(!refuses_the_operation(&tonic::Status::unavailable("down")));
     }
 }

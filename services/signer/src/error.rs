@@ -74,6 +74,18 @@ pub enum Error {
     Store(#[from] sigcast_store::Error),
 }
 
+/// ErrorInfo reason: the signer holds no key for the operation's account.
+const REFUSED_NO_KEY: &str = "NO_KEY";
+/// ErrorInfo reason: the key's policy forbids the operation.
+const REFUSED_BY_POLICY: &str = "POLICY_DENIED";
+
+fn refusal(message: String, reason: &str) -> Status {
+    use tonic_types::{ErrorDetails, StatusExt};
+    let details =
+        ErrorDetails::with_error_info(reason, "sigcast-signer", std::collections::HashMap::new());
+    Status::with_error_details(tonic::Code::PermissionDenied, message, details)
+}
+
 /// Result of signer calls.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -86,7 +98,10 @@ impl From<Error> for Status {
             | Error::UnknownChain { .. }
             | Error::Interlock(_)
             | Error::BadIntent { .. } => Status::failed_precondition(message),
-            Error::NoKey { .. } | Error::PolicyDenied { .. } => Status::permission_denied(message),
+            // A refusal of the operation itself carries its reason, so a caller can tell it from
+            // a refusal of the caller (an unlisted certificate), which must never reject work.
+            Error::NoKey { .. } => refusal(message, REFUSED_NO_KEY),
+            Error::PolicyDenied { .. } => refusal(message, REFUSED_BY_POLICY),
             Error::Chain { .. } | Error::Store(_) => {
                 Status::unavailable(format!("{message}; retry the same op_id"))
             }

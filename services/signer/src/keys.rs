@@ -94,12 +94,19 @@ impl std::fmt::Debug for Keyring {
 }
 
 impl Keyring {
-    /// Decrypts every `*.json` keystore in `dir`.
+    /// Decrypts every `*.json` keystore in `dir` (none when `dir` does not exist).
     pub fn load(dir: &Path, passphrase: &str) -> Result<Self, KeyError> {
-        let entries = std::fs::read_dir(dir).map_err(|e| KeyError::Dir {
-            dir: dir.into(),
-            reason: e.to_string(),
-        })?;
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            // No keystore directory: a signer whose keys are all in a token.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(e) => {
+                return Err(KeyError::Dir {
+                    dir: dir.into(),
+                    reason: e.to_string(),
+                });
+            }
+        };
         let mut keys = BTreeMap::new();
         for entry in entries {
             let path = entry

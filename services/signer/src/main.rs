@@ -58,6 +58,9 @@ enum KeysCommand {
         /// The key's label in the token.
         #[arg(long)]
         label: String,
+        /// secp256k1 (EVM; prints the address) or ed25519 (Solana; prints the base58 key).
+        #[arg(long, default_value = "secp256k1", value_parser = ["secp256k1", "ed25519"])]
+        algorithm: String,
     },
     /// List the accounts held: keystores (decrypted to derive them) and token keys. Prints
     /// addresses and where each key lives, never a key.
@@ -106,7 +109,13 @@ async fn serve() -> anyhow::Result<()> {
                         keys::import_key_file(&config.keystore_dir, &key_file, &passphrase()?)?
                     )
                 }
-                KeysCommand::Generate { label } => println!("{}", token()?.generate(&label)?),
+                KeysCommand::Generate { label, algorithm } => match algorithm.as_str() {
+                    "ed25519" => println!(
+                        "{}",
+                        bs58::encode(token()?.generate_ed25519(&label)?).into_string()
+                    ),
+                    _ => println!("{}", token()?.generate(&label)?),
+                },
                 KeysCommand::List => {
                     let mut keyring = keys::Keyring::load(&config.keystore_dir, &passphrase()?)?;
                     if config.pkcs11.is_some() {
@@ -114,6 +123,14 @@ async fn serve() -> anyhow::Result<()> {
                     }
                     for (account, backend) in keyring.entries() {
                         println!("{account} {backend}");
+                    }
+                    if config.pkcs11.is_some() {
+                        for key in token()?.ed25519_keys()? {
+                            println!(
+                                "{} pkcs11 ed25519",
+                                bs58::encode(key.public_key).into_string()
+                            );
+                        }
                     }
                 }
             }

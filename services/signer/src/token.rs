@@ -3,7 +3,7 @@
 //!
 //! secp256k1 with CKM_ECDSA over the transaction's keccak digest: the token returns r‖s; the
 //! signature is normalised to low-S (as Ethereum requires) and its recovery id found by
-//! recovering the token key's own address.
+//! recovering the token key's own address. Ed25519 (Solana) with CKM_EDDSA over the message.
 
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::mechanism::Mechanism;
@@ -15,6 +15,8 @@ use sigcast_evm::{Address, B256, Signature, U256};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+/// DER of the Ed25519 OID (1.3.101.112), as CKA_EC_PARAMS holds it.
+const ED25519_PARAMS: [u8; 5] = [0x06, 0x03, 0x2b, 0x65, 0x70];
 /// DER of the secp256k1 curve's OID (1.3.132.0.10), as CKA_EC_PARAMS holds it.
 const SECP256K1_PARAMS: [u8; 7] = [0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x0a];
 /// The secp256k1 group order n.
@@ -127,6 +129,69 @@ impl Token {
         address_of(&session, public)
     }
 
+    /// Generates an Ed25519 key pair inside the token (sensitive, non-extractable). Returns
+    /// its public key.
+    pub fn generate_ed25519(&self, label: &str) -> Result<[u8; 32], TokenError> {
+        let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let public = [
+            Attribute::Token(true),
+            Attribute::Label(label.as_bytes().to_vec()),
+            Attribute::EcParams(ED25519_PARAMS.to_vec()),
+            Attribute::Verify(true),
+        ];
+        let private = [
+            Attribute::Token(true),
+            Attribute::Private(true),
+            Attribute::Sensitive(true),
+            Attribute::Extractable(false),
+            Attribute::Label(label.as_bytes().to_vec()),
+            Attribute::Sign(true),
+        ];
+        let (public, _) = session
+            .generate_key_pair(&Mechanism::EccEdwardsKeyPairGen, &public, &private)
+            .map_err(fail(format!("generating Ed25519 key {label:?}")))?;
+        ed25519_public_key(&session, public)
+    }
+
+    /// The token's Ed25519 signing keys.
+    pub fn ed25519_keys(&self) -> Result<Vec<TokenEd25519Key>, TokenError> {
+        let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let privates = session
+            .find_objects(&[
+                Attribute::Class(ObjectClass::PRIVATE_KEY),
+                Attribute::KeyType(KeyType::EC_EDWARDS),
+            ])
+            .map_err(fail("listing Ed25519 keys"))?;
+        let mut keys = Vec::new();
+        for private in privates {
+            let Some(Attribute::Label(label)) = session
+                .get_attributes(private, &[AttributeType::Label])
+                .map_err(fail("reading a key label"))?
+                .into_iter()
+                .next()
+            else {
+                continue;
+            };
+            let public = session
+                .find_objects(&[
+                    Attribute::Class(ObjectClass::PUBLIC_KEY),
+                    Attribute::KeyType(KeyType::EC_EDWARDS),
+                    Attribute::Label(label.clone()),
+                ])
+                .map_err(fail("finding a public key"))?;
+            let Some(public) = public.into_iter().next() else {
+                continue;
+            };
+            keys.push(TokenEd25519Key {
+                session: self.session.clone(),
+                private,
+                public_key: ed25519_public_key(&session, public)?,
+                label: String::from_utf8_lossy(&label).into_owned(),
+            });
+        }
+        Ok(keys)
+    }
+
     /// The token's secp256k1 signing keys, by label.
     pub fn keys(&self) -> Result<Vec<TokenKey>, TokenError> {
         let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
@@ -149,6 +214,7 @@ impl Token {
             let public = session
                 .find_objects(&[
                     Attribute::Class(ObjectClass::PUBLIC_KEY),
+                    Attribute::KeyType(KeyType::EC),
                     Attribute::Label(label.clone()),
                 ])
                 .map_err(fail("finding a public key"))?;
@@ -190,6 +256,58 @@ fn address_of(session: &Session, public: ObjectHandle) -> Result<Address, TokenE
         }
     };
     Ok(Address::from_raw_public_key(&point[1..]))
+}
+
+/// An Ed25519 public key object's 32 bytes (CKA_EC_POINT: a DER OCTET STRING, or raw).
+fn ed25519_public_key(session: &Session, public: ObjectHandle) -> Result<[u8; 32], TokenError> {
+    let attributes = session
+        .get_attributes(public, &[AttributeType::EcPoint])
+        .map_err(fail("reading a public key"))?;
+    let Some(Attribute::EcPoint(der)) = attributes.into_iter().next() else {
+        return Err(TokenError {
+            doing: "reading a public key".into(),
+            reason: "no EC point".into(),
+        });
+    };
+    let raw = match der.as_slice() {
+        [0x04, 0x20, rest @ ..] if rest.len() == 32 => rest,
+        raw if raw.len() == 32 => raw,
+        _ => {
+            return Err(TokenError {
+                doing: "reading a public key".into(),
+                reason: "not an Ed25519 point".into(),
+            });
+        }
+    };
+    let mut key = [0u8; 32];
+    key.copy_from_slice(raw);
+    Ok(key)
+}
+
+/// An Ed25519 key in the token (Solana).
+pub struct TokenEd25519Key {
+    session: Arc<Mutex<Session>>,
+    private: ObjectHandle,
+    /// Its public key (the Solana account).
+    pub public_key: [u8; 32],
+    /// Its label in the token.
+    pub label: String,
+}
+
+impl TokenEd25519Key {
+    /// Signs `message` inside the token (pure EdDSA).
+    pub fn sign(&self, message: &[u8]) -> Result<[u8; 64], TokenError> {
+        use cryptoki::mechanism::eddsa::{EddsaParams, EddsaSignatureScheme};
+        let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let mechanism = Mechanism::Eddsa(EddsaParams::new(EddsaSignatureScheme::Pure));
+        let raw = session
+            .sign(&mechanism, self.private, message)
+            .map_err(fail("signing with Ed25519"))?;
+        raw.try_into().map_err(|raw: Vec<u8>| TokenError {
+            doing: "signing with Ed25519".into(),
+            reason: format!("{} bytes, not 64", raw.len()),
+        })
+    }
 }
 
 /// One key in the token.

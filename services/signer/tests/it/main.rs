@@ -99,3 +99,130 @@ fn an_existing_key_is_imported_into_an_encrypted_keystore() {
         "{stderr}"
     );
 }
+
+/// A SoftHSM2 token in `dir` (Debian softhsm2, installed by scripts/install-deps.sh); returns
+/// the signer configuration that uses it.
+fn softhsm_token(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let tokens = dir.join("tokens");
+    std::fs::create_dir_all(&tokens).unwrap();
+    let conf = dir.join("softhsm2.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "directories.tokendir = {}\nobjectstore.backend = file\n",
+            tokens.display()
+        ),
+    )
+    .unwrap();
+    let init = Command::new("softhsm2-util")
+        .args([
+            "--init-token",
+            "--free",
+            "--label",
+            "sol",
+            "--pin",
+            "2468",
+            "--so-pin",
+            "1357",
+        ])
+        .env("SOFTHSM2_CONF", &conf)
+        .output()
+        .expect("softhsm2-util");
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    std::fs::write(dir.join("pin"), "2468\n").unwrap();
+    let config = dir.join("signer.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "keystore_dir = \"{}\"\n[pkcs11]\nmodule = \"/usr/lib/softhsm/libsofthsm2.so\"\ntoken_label = \"sol\"\npin_file = \"{}\"\n",
+            dir.join("keys").display(),
+            dir.join("pin").display()
+        ),
+    )
+    .unwrap();
+    (conf, config)
+}
+
+#[test]
+fn a_solana_transfer_signed_inside_the_token_verifies() {
+    use sigcast_domain::{Lamports, SolanaPubkey, SolanaTransfer};
+    let dir = tempfile::tempdir().unwrap();
+    let (conf, config) = softhsm_token(dir.path());
+    let generated = signer()
+        .arg("--config")
+        .arg(&config)
+        .args([
+            "keys",
+            "generate",
+            "--label",
+            "sol-hot",
+            "--algorithm",
+            "ed25519",
+        ])
+        .env("SOFTHSM2_CONF", &conf)
+        .output()
+        .unwrap();
+    assert!(
+        generated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&generated.stderr)
+    );
+    let public = String::from_utf8(generated.stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let from = SolanaPubkey::parse(&public).expect("a base58 Ed25519 public key");
+
+    // Sign with the key inside the token, through the signer's token module.
+    // SAFETY: the test runs alone in its process under nextest; set before the module loads.
+    unsafe { std::env::set_var("SOFTHSM2_CONF", &conf) };
+    let token = sigcast_signer::token::Token::open(&sigcast_signer::token::Pkcs11Config {
+        module: "/usr/lib/softhsm/libsofthsm2.so".into(),
+        token_label: "sol".into(),
+        pin_file: Some(dir.path().join("pin")),
+    })
+    .unwrap();
+    let key = token
+        .ed25519_keys()
+        .unwrap()
+        .into_iter()
+        .find(|k| k.label == "sol-hot")
+        .expect("the generated key");
+    assert_eq!(&key.public_key, from.as_bytes());
+    let transfer = SolanaTransfer {
+        cluster: "localnet".into(),
+        from,
+        to: SolanaPubkey::from([42; 32]),
+        lamports: Lamports(1_000_000),
+    };
+    let message = sigcast_solana::transfer_message(&transfer, [5; 32]);
+    let signature = key.sign(&sigcast_solana::message_bytes(&message)).unwrap();
+    assert!(
+        sigcast_solana::verify(&sigcast_solana::assemble(message.clone(), &[signature])),
+        "the token's signature verifies"
+    );
+    let mut tampered = signature;
+    tampered[0] ^= 1;
+    assert!(!sigcast_solana::verify(&sigcast_solana::assemble(
+        message,
+        &[tampered]
+    )));
+
+    let listed = signer()
+        .arg("--config")
+        .arg(&config)
+        .args(["keys", "list"])
+        .env("SOFTHSM2_CONF", &conf)
+        .env("SIGCAST_SIGNER_PASSPHRASE", "unused")
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains(&format!("{public} pkcs11 ed25519")),
+        "{listed}"
+    );
+}

@@ -1,0 +1,66 @@
+//! sigcast's Solana adapter: transactions built from intents with the Solana crates, the bytes
+//! a key signs, and signed transactions assembled from signatures made elsewhere.
+//!
+//! It never holds keys: the signer signs `message_bytes` with its key (a keystore key or one
+//! inside a PKCS#11 token) and hands the signature back here.
+
+use sigcast_domain::SolanaTransfer;
+use solana_hash::Hash;
+use solana_message::Message;
+use solana_pubkey::Pubkey;
+use solana_signature::Signature;
+use solana_transaction::Transaction;
+
+/// A SOL transfer's message, fee paid by the sender, bound to `blockhash` (a recent blockhash
+/// or a durable nonce value).
+pub fn transfer_message(transfer: &SolanaTransfer, blockhash: [u8; 32]) -> Message {
+    let from = Pubkey::new_from_array(*transfer.from.as_bytes());
+    let to = Pubkey::new_from_array(*transfer.to.as_bytes());
+    let instruction =
+        solana_system_interface::instruction::transfer(&from, &to, transfer.lamports.0);
+    Message::new_with_blockhash(
+        &[instruction],
+        Some(&from),
+        &Hash::new_from_array(blockhash),
+    )
+}
+
+/// The bytes every signer of the message signs.
+pub fn message_bytes(message: &Message) -> Vec<u8> {
+    message.serialize()
+}
+
+/// The signed transaction: `signatures` in the order of the message's signer keys.
+pub fn assemble(message: Message, signatures: &[[u8; 64]]) -> Transaction {
+    Transaction {
+        signatures: signatures.iter().map(|s| Signature::from(*s)).collect(),
+        message,
+    }
+}
+
+/// Whether every required signature is present and verifies.
+pub fn verify(transaction: &Transaction) -> bool {
+    transaction.signatures.len() == usize::from(transaction.message.header.num_required_signatures)
+        && transaction.verify().is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sigcast_domain::{Lamports, SolanaPubkey};
+
+    #[test]
+    fn an_unsigned_or_wrongly_signed_transfer_does_not_verify() {
+        let transfer = SolanaTransfer {
+            cluster: "localnet".into(),
+            from: SolanaPubkey::from([7; 32]),
+            to: SolanaPubkey::from([9; 32]),
+            lamports: Lamports(5_000),
+        };
+        let message = transfer_message(&transfer, [1; 32]);
+        assert_eq!(message.header.num_required_signatures, 1);
+        assert!(!message_bytes(&message).is_empty());
+        assert!(!verify(&assemble(message.clone(), &[])));
+        assert!(!verify(&assemble(message, &[[3; 64]])));
+    }
+}

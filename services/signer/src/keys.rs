@@ -79,16 +79,51 @@ impl KeyHandle {
     }
 }
 
+/// An Ed25519 (Solana) key: decrypted from a keystore, or inside a PKCS#11 token.
+#[derive(Clone)]
+pub enum Ed25519Handle {
+    /// Decrypted from an encrypted keystore file.
+    Keystore(Arc<ed25519_dalek::SigningKey>),
+    /// In a PKCS#11 token; never leaves it.
+    Token(Arc<crate::token::TokenEd25519Key>),
+}
+
+impl Ed25519Handle {
+    /// Signs `message`.
+    pub fn sign(&self, message: &[u8]) -> Result<[u8; 64], String> {
+        match self {
+            Ed25519Handle::Keystore(key) => {
+                use ed25519_dalek::Signer;
+                Ok(key.sign(message).to_bytes())
+            }
+            Ed25519Handle::Token(key) => key.sign(message).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Where the key lives.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Ed25519Handle::Keystore(_) => "keystore",
+            Ed25519Handle::Token(_) => "pkcs11",
+        }
+    }
+}
+
+/// Keystore files of Ed25519 keys are named `ed25519-<base58 public key>.json`.
+const ED25519_PREFIX: &str = "ed25519-";
+
 /// The keys this signer holds, by account.
 #[derive(Clone, Default)]
 pub struct Keyring {
     keys: BTreeMap<Address, KeyHandle>,
+    ed25519: BTreeMap<[u8; 32], Ed25519Handle>,
 }
 
 impl std::fmt::Debug for Keyring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_set()
             .entries(self.keys.keys().map(ToString::to_string))
+            .entries(self.ed25519.keys().map(|k| bs58::encode(k).into_string()))
             .finish()
     }
 }
@@ -108,6 +143,7 @@ impl Keyring {
             }
         };
         let mut keys = BTreeMap::new();
+        let mut keys_ed25519 = BTreeMap::new();
         for entry in entries {
             let path = entry
                 .map_err(|e| KeyError::Dir {
@@ -118,6 +154,21 @@ impl Keyring {
             if path.extension().and_then(|e| e.to_str()) != Some("json") {
                 continue;
             }
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if let Some(public) = name
+                .strip_prefix(ED25519_PREFIX)
+                .and_then(|n| n.strip_suffix(".json"))
+            {
+                let key = decrypt_ed25519(&path, passphrase, public)?;
+                keys_ed25519.insert(
+                    key.verifying_key().to_bytes(),
+                    Ed25519Handle::Keystore(Arc::new(key)),
+                );
+                continue;
+            }
             let signer = PrivateKeySigner::decrypt_keystore(&path, passphrase).map_err(|e| {
                 KeyError::File {
                     file: path.clone(),
@@ -126,7 +177,10 @@ impl Keyring {
             })?;
             keys.insert(signer.address(), KeyHandle::Keystore(Arc::new(signer)));
         }
-        Ok(Self { keys })
+        Ok(Self {
+            keys,
+            ed25519: keys_ed25519,
+        })
     }
 
     /// Adds the secp256k1 keys of a PKCS#11 token.
@@ -140,6 +194,27 @@ impl Keyring {
     /// The key of `account`, if held.
     pub fn get(&self, account: &Address) -> Option<KeyHandle> {
         self.keys.get(account).cloned()
+    }
+
+    /// Adds the Ed25519 keys of a PKCS#11 token.
+    pub fn add_token_ed25519_keys(&mut self, keys: Vec<crate::token::TokenEd25519Key>) {
+        for key in keys {
+            self.ed25519
+                .insert(key.public_key, Ed25519Handle::Token(Arc::new(key)));
+        }
+    }
+
+    /// The Ed25519 key of a Solana account, if held.
+    pub fn ed25519(&self, public_key: &[u8; 32]) -> Option<Ed25519Handle> {
+        self.ed25519.get(public_key).cloned()
+    }
+
+    /// The Ed25519 accounts held (base58), with where each key lives.
+    pub fn ed25519_entries(&self) -> Vec<(String, &'static str)> {
+        self.ed25519
+            .iter()
+            .map(|(k, h)| (bs58::encode(k).into_string(), h.backend()))
+            .collect()
     }
 
     /// The accounts held, with where each key lives.
@@ -199,6 +274,75 @@ pub fn import_key_file(dir: &Path, key_file: &Path, passphrase: &str) -> Result<
         reason: e.to_string(),
     })?;
     Ok(address)
+}
+
+/// Decrypts an Ed25519 keystore and checks it holds the key its name says.
+fn decrypt_ed25519(
+    path: &Path,
+    passphrase: &str,
+    public: &str,
+) -> Result<ed25519_dalek::SigningKey, KeyError> {
+    let file_error = |reason: String| KeyError::File {
+        file: path.into(),
+        reason,
+    };
+    let seed = Zeroizing::new(
+        eth_keystore::decrypt_key(path, passphrase).map_err(|e| file_error(e.to_string()))?,
+    );
+    let seed: &[u8; 32] = seed
+        .as_slice()
+        .try_into()
+        .map_err(|_| file_error("not a 32-byte Ed25519 seed".into()))?;
+    let key = ed25519_dalek::SigningKey::from_bytes(seed);
+    if bs58::encode(key.verifying_key().to_bytes()).into_string() != public {
+        return Err(file_error(
+            "holds a different key than its name says".into(),
+        ));
+    }
+    Ok(key)
+}
+
+/// Generates a key in an encrypted keystore in `dir`: secp256k1 (returns the EVM address) or
+/// Ed25519 (returns the base58 Solana account).
+pub fn generate_keystore_key(
+    dir: &Path,
+    passphrase: &str,
+    ed25519: bool,
+) -> Result<String, KeyError> {
+    use rand::RngCore;
+    std::fs::create_dir_all(dir).map_err(|e| KeyError::Dir {
+        dir: dir.into(),
+        reason: e.to_string(),
+    })?;
+    let mut seed = Zeroizing::new([0u8; 32]);
+    rand::rngs::OsRng.fill_bytes(seed.as_mut());
+    let (account, name) = if ed25519 {
+        let public = ed25519_dalek::SigningKey::from_bytes(&seed)
+            .verifying_key()
+            .to_bytes();
+        let account = bs58::encode(public).into_string();
+        (account.clone(), format!("{ED25519_PREFIX}{account}.json"))
+    } else {
+        let address = PrivateKeySigner::from_slice(seed.as_slice())
+            .map_err(|e| KeyError::Dir {
+                dir: dir.into(),
+                reason: e.to_string(),
+            })?
+            .address();
+        (address.to_string(), format!("{address}.json"))
+    };
+    eth_keystore::encrypt_key(
+        dir,
+        &mut rand::thread_rng(),
+        seed.as_slice(),
+        passphrase,
+        Some(&name),
+    )
+    .map_err(|e| KeyError::File {
+        file: dir.join(&name),
+        reason: e.to_string(),
+    })?;
+    Ok(account)
 }
 
 /// The private keys of anvil's (and hardhat's) default dev accounts, derived from the public

@@ -60,7 +60,9 @@ pub async fn run(
     let mut keyring = keys::Keyring::load(&config.keystore_dir, &passphrase)?;
     drop(passphrase);
     if let Some(pkcs11) = &config.pkcs11 {
-        keyring.add_token_keys(token::Token::open(pkcs11)?.keys()?);
+        let token = token::Token::open(pkcs11)?;
+        keyring.add_token_keys(token.keys()?);
+        keyring.add_token_ed25519_keys(token.ed25519_keys()?);
     }
     tracing::info!(accounts = ?keyring, "keys loaded");
     let store = Store::open(&config.store)?;

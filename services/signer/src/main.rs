@@ -52,11 +52,14 @@ enum KeysCommand {
         #[arg(long)]
         key_file: PathBuf,
     },
-    /// Generate a secp256k1 key inside the configured PKCS#11 token (non-extractable);
-    /// prints its account.
+    /// Generate a key, inside the configured PKCS#11 token (non-extractable) or in an
+    /// encrypted keystore; prints its account.
     Generate {
-        /// The key's label in the token.
-        #[arg(long)]
+        /// Where the key lives: pkcs11 (the configured token) or keystore.
+        #[arg(long, default_value = "pkcs11", value_parser = ["pkcs11", "keystore"])]
+        backend: String,
+        /// The key's label in the token (pkcs11 only).
+        #[arg(long, default_value = "sigcast")]
         label: String,
         /// secp256k1 (EVM; prints the address) or ed25519 (Solana; prints the base58 key).
         #[arg(long, default_value = "secp256k1", value_parser = ["secp256k1", "ed25519"])]
@@ -109,13 +112,25 @@ async fn serve() -> anyhow::Result<()> {
                         keys::import_key_file(&config.keystore_dir, &key_file, &passphrase()?)?
                     )
                 }
-                KeysCommand::Generate { label, algorithm } => match algorithm.as_str() {
-                    "ed25519" => println!(
-                        "{}",
-                        bs58::encode(token()?.generate_ed25519(&label)?).into_string()
-                    ),
-                    _ => println!("{}", token()?.generate(&label)?),
-                },
+                KeysCommand::Generate {
+                    backend,
+                    label,
+                    algorithm,
+                } => {
+                    let ed25519 = algorithm == "ed25519";
+                    let account = match backend.as_str() {
+                        "keystore" => keys::generate_keystore_key(
+                            &config.keystore_dir,
+                            &passphrase()?,
+                            ed25519,
+                        )?,
+                        _ if ed25519 => {
+                            bs58::encode(token()?.generate_ed25519(&label)?).into_string()
+                        }
+                        _ => token()?.generate(&label)?.to_string(),
+                    };
+                    println!("{account}");
+                }
                 KeysCommand::List => {
                     let mut keyring = keys::Keyring::load(&config.keystore_dir, &passphrase()?)?;
                     if config.pkcs11.is_some() {
@@ -125,12 +140,10 @@ async fn serve() -> anyhow::Result<()> {
                         println!("{account} {backend}");
                     }
                     if config.pkcs11.is_some() {
-                        for key in token()?.ed25519_keys()? {
-                            println!(
-                                "{} pkcs11 ed25519",
-                                bs58::encode(key.public_key).into_string()
-                            );
-                        }
+                        keyring.add_token_ed25519_keys(token()?.ed25519_keys()?);
+                    }
+                    for (account, backend) in keyring.ed25519_entries() {
+                        println!("{account} {backend} ed25519");
                     }
                 }
             }

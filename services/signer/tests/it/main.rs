@@ -226,3 +226,57 @@ fn a_solana_transfer_signed_inside_the_token_verifies() {
         "{listed}"
     );
 }
+
+#[test]
+fn ed25519_keys_live_in_encrypted_keystores_too_and_sign_solana_transfers() {
+    use sigcast_domain::{Lamports, SolanaPubkey, SolanaTransfer};
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    let run = |args: &[&str]| {
+        signer()
+            .args(args)
+            .env("SIGCAST_SIGNER__KEYSTORE_DIR", &keys)
+            .env("SIGCAST_SIGNER_PASSPHRASE", "pw")
+            .output()
+            .unwrap()
+    };
+    let generated = run(&[
+        "keys",
+        "generate",
+        "--backend",
+        "keystore",
+        "--algorithm",
+        "ed25519",
+    ]);
+    assert!(
+        generated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&generated.stderr)
+    );
+    let account = String::from_utf8(generated.stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let listed = String::from_utf8(run(&["keys", "list"]).stdout).unwrap();
+    assert_eq!(listed.trim(), format!("{account} keystore ed25519"));
+
+    let keyring = sigcast_signer::keys::Keyring::load(&keys, "pw").unwrap();
+    let from = SolanaPubkey::parse(&account).unwrap();
+    let key = keyring.ed25519(from.as_bytes()).expect("loaded");
+    let transfer = SolanaTransfer {
+        cluster: "localnet".into(),
+        from,
+        to: SolanaPubkey::from([1; 32]),
+        lamports: Lamports(7),
+    };
+    let message = sigcast_solana::transfer_message(&transfer, [9; 32]);
+    let signature = key.sign(&sigcast_solana::message_bytes(&message)).unwrap();
+    assert!(sigcast_solana::verify(&sigcast_solana::assemble(
+        message,
+        &[signature]
+    )));
+    assert!(
+        sigcast_signer::keys::Keyring::load(&keys, "wrong").is_err(),
+        "encrypted with the passphrase"
+    );
+}

@@ -39,13 +39,13 @@ async fn each_policy_rule_refuses_with_its_reason_and_nothing_is_signed() {
     })
     .await;
     let mut client = stack.client().await;
-    let call = |op_id: &str, selector: [u8; 4]| pb::SubmitOperationRequest {
+    let call = |op_id: &str, to: &str, selector: [u8; 4]| pb::SubmitOperationRequest {
         op_id: op_id.into(),
         intent: Some(pb::Intent {
             kind: Some(pb::intent::Kind::EvmContractCall(pb::EvmContractCall {
                 chain_id: 31337,
                 from: DEV[0].into(),
-                to: allowed.clone(),
+                to: to.into(),
                 data: selector.to_vec(),
                 value_wei: String::new(),
                 gas_limit: Some(60_000),
@@ -63,8 +63,12 @@ async fn each_policy_rule_refuses_with_its_reason_and_nothing_is_signed() {
             Some("allowed_recipients"),
         ),
         (
-            call("bad-selector", [0x09, 0x5e, 0xa7, 0xb3]),
+            call("bad-selector", &allowed, [0x09, 0x5e, 0xa7, 0xb3]),
             Some("allowed_selectors"),
+        ),
+        (
+            call("bad-contract", &recipient(8), [0xa9, 0x05, 0x9c, 0xbb]),
+            Some("allowed_contracts"),
         ),
         (
             transfer("wrong-chain", DEV[1], &allowed, 1),
@@ -398,4 +402,100 @@ async fn a_transfer_signed_inside_a_softhsm_token_confirms_on_anvil() {
     let to: Address = recipient(0).parse().unwrap();
     assert_eq!(node.balance(to).await.unwrap(), U256::from(12_345u64));
     assert_eq!(node.nonce(token_account.parse().unwrap()).await.unwrap(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_interlock_refuses_a_second_payload_at_a_nonce_and_repeats_return_the_same_signature() {
+    let mut stack = Stack::start(StackOptions {
+        accounts: 1,
+        ..Default::default()
+    })
+    .await;
+    stack.broadcasters[0].kill9(); // the test drives the signer directly
+    let mut client = stack.client().await;
+    for (op_id, value) in [("first", 1), ("second", 2)] {
+        client
+            .submit_operation(transfer(op_id, DEV[0], &recipient(0), value))
+            .await
+            .unwrap();
+    }
+    let mut signer = sigcast_e2e::signer_client(&stack.signer_socket(0))
+        .await
+        .unwrap();
+    let sign = |op_id: &str, purpose: i32, replaces_attempt: u32| SignOperationRequest {
+        op_id: op_id.into(),
+        purpose,
+        replaces_attempt,
+    };
+    let first = signer
+        .sign_operation(sign("first", 1, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    let again = signer
+        .sign_operation(sign("first", 1, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (again.tx_id.as_str(), again.already_signed),
+        (first.tx_id.as_str(), true),
+        "identical retry → same signature"
+    );
+    signer.sign_operation(sign("second", 1, 0)).await.unwrap();
+
+    // Make "second" claim the nonce "first" owns: its stored payload becomes a copy of
+    // first's (nonce 0), as a compromised broadcaster with store access might arrange. A
+    // replacement of it would be a second, different payload at nonce 0.
+    let store = store_of(&stack);
+    let root = store.root().clone();
+    let first_payload = store
+        .read(|tx| accounts::payload(tx, &root, "first", 1))
+        .unwrap()
+        .unwrap();
+    let second_key = root.pack(&("payload", "second", 1i64));
+    store.run(|tx| tx.set(&second_key, &first_payload)).unwrap();
+    let refused = signer
+        .sign_operation(sign("second", 2, 1))
+        .await
+        .unwrap_err(); // FEE_BUMP
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().contains("interlock") && refused.message().contains("first"),
+        "{}",
+        refused.message()
+    );
+    let second = store
+        .read(|tx| sigcast_store::operations::get(tx, &root, "second"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.attempts.len(), 1, "nothing signed");
+    assert_eq!(
+        store
+            .read(|tx| accounts::audit_records(tx, &root, "second"))
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // A declared replacement of the owner itself is allowed, once per attempt seen.
+    let bump = signer
+        .sign_operation(sign("first", 2, 1))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((bump.attempt, bump.already_signed), (2, false));
+    let bump_again = signer
+        .sign_operation(sign("first", 2, 1))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (bump_again.tx_id.as_str(), bump_again.already_signed),
+        (bump.tx_id.as_str(), true)
+    );
 }

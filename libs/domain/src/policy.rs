@@ -29,6 +29,9 @@ pub struct KeyPolicy {
     pub allowed_contracts: Vec<String>,
     /// Function selectors (`0x` + 8 hex digits) the key may call; empty: any.
     pub allowed_selectors: Vec<String>,
+    /// Solana programs the key's transactions may invoke (base58); empty: any. A SOL transfer
+    /// invokes the System Program, `11111111111111111111111111111111`.
+    pub allowed_program_ids: Vec<String>,
 }
 
 /// A broken rule, in words for the operator.
@@ -75,13 +78,16 @@ impl KeyPolicy {
         Ok(())
     }
 
-    /// Checks an intent against the rules that need no history. Only EVM intents are
-    /// governed: a Solana key's policy is not expressed here yet.
+    /// Checks an intent against the rules that need no history.
     pub fn check(&self, intent: &Intent) -> Result<(), Violation> {
         let (chain_id, to, value, data) = match intent {
             Intent::EvmTransfer(t) => (t.chain_id, t.to.to_string(), &t.value, None),
             Intent::EvmContractCall(c) => (c.chain_id, c.to.to_string(), &c.value, Some(&c.data)),
-            Intent::SolanaTransfer(_) | Intent::SolanaInstructions(_) => return Ok(()),
+            Intent::SolanaTransfer(_) => return self.check_programs([SYSTEM_PROGRAM.to_owned()]),
+            Intent::SolanaInstructions(list) => {
+                return self
+                    .check_programs(list.instructions.iter().map(|ix| ix.program_id.to_string()));
+            }
         };
         if !self.allowed_chain_ids.is_empty() && !self.allowed_chain_ids.contains(&chain_id) {
             return Err(Violation(format!(
@@ -135,6 +141,26 @@ impl KeyPolicy {
     }
 }
 
+/// The Solana System Program, which SOL transfers invoke.
+const SYSTEM_PROGRAM: &str = "11111111111111111111111111111111";
+
+impl KeyPolicy {
+    fn check_programs(&self, programs: impl IntoIterator<Item = String>) -> Result<(), Violation> {
+        if self.allowed_program_ids.is_empty() {
+            return Ok(());
+        }
+        match programs
+            .into_iter()
+            .find(|p| !self.allowed_program_ids.contains(p))
+        {
+            Some(program) => Err(Violation(format!(
+                "program {program} is not in allowed_program_ids"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
 /// The policy governing `account`: its own, else the `*` one, else none.
 pub fn policy_for<'a>(policies: &'a [KeyPolicy], account: &str) -> Option<&'a KeyPolicy> {
     policies
@@ -182,6 +208,7 @@ mod tests {
             allowed_recipients: vec![B.to_lowercase()],
             allowed_contracts: vec![B.into()],
             allowed_selectors: vec!["0xa9059cbb".into()],
+            allowed_program_ids: vec![],
         };
         assert_eq!(policy.check(&transfer(1, B, "100")), Ok(()));
         assert!(policy.validate().is_ok());
@@ -206,6 +233,42 @@ mod tests {
             ..policy.clone()
         };
         assert!(bad.validate().unwrap_err().contains("max_value_wei"));
+    }
+
+    #[test]
+    fn solana_program_ids() {
+        use crate::{
+            Lamports, SolanaInstruction, SolanaInstructions, SolanaPubkey, SolanaTransfer,
+        };
+        let key = SolanaPubkey::from([1; 32]);
+        let policy = KeyPolicy {
+            account: key.to_string(),
+            allowed_program_ids: vec![SYSTEM_PROGRAM.into()],
+            ..Default::default()
+        };
+        let transfer = Intent::SolanaTransfer(SolanaTransfer {
+            cluster: "localnet".into(),
+            from: key,
+            to: SolanaPubkey::from([2; 32]),
+            lamports: Lamports(1),
+        });
+        assert_eq!(policy.check(&transfer), Ok(()));
+        let other_program = Intent::SolanaInstructions(SolanaInstructions {
+            cluster: "localnet".into(),
+            fee_payer: key,
+            instructions: vec![SolanaInstruction {
+                program_id: SolanaPubkey::from([3; 32]),
+                accounts: vec![],
+                data: vec![],
+            }],
+        });
+        assert!(
+            policy
+                .check(&other_program)
+                .unwrap_err()
+                .0
+                .contains("allowed_program_ids")
+        );
     }
 
     #[test]

@@ -415,12 +415,19 @@ async fn a_request_over_the_size_limit_is_refused() {
 #[tokio::test]
 async fn what_the_key_policy_forbids_is_permission_denied_at_submit_and_not_recorded() {
     let rig = Rig::start_with(|config| {
-        config.policies = vec![sigcast_domain::policy::KeyPolicy {
-            account: ALICE.to_lowercase(),
-            max_value_wei: "1000".into(),
-            allowed_recipients: vec![BOB.into()],
-            ..Default::default()
-        }];
+        config.policies = vec![
+            sigcast_domain::policy::KeyPolicy {
+                account: ALICE.to_lowercase(),
+                max_value_wei: "1000".into(),
+                allowed_recipients: vec![BOB.into()],
+                ..Default::default()
+            },
+            sigcast_domain::policy::KeyPolicy {
+                account: SOL_A.into(),
+                allowed_program_ids: vec![SOL_B.into()],
+                ..Default::default()
+            },
+        ];
     })
     .await;
     let mut client = rig.client.clone();
@@ -455,4 +462,36 @@ async fn what_the_key_policy_forbids_is_permission_denied_at_submit_and_not_reco
         t.to = ALICE.into();
     }
     assert!(client.submit_operation(other).await.is_ok());
+    // A Solana key limited to the System Program may not invoke another program.
+    let other_program = pb::SubmitOperationRequest {
+        op_id: "sol-other-program".into(),
+        intent: Some(pb::Intent {
+            kind: Some(Kind::SolanaInstructions(pb::SolanaInstructions {
+                cluster: "localnet".into(),
+                fee_payer: SOL_A.into(),
+                instructions: vec![pb::SolanaInstruction {
+                    program_id: SOL_A.into(),
+                    accounts: vec![],
+                    data: vec![1],
+                }],
+            })),
+        }),
+    };
+    let status = client.submit_operation(other_program).await.unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied);
+    assert!(
+        status.message().contains("allowed_program_ids"),
+        "{}",
+        status.message()
+    );
+    assert!(
+        client
+            .submit_operation(pb::SubmitOperationRequest {
+                op_id: "sol-transfer".into(),
+                intent: sol_transfer("localnet", SOL_B, "1"),
+            })
+            .await
+            .is_ok(),
+        "a SOL transfer invokes the System Program: allowed"
+    );
 }

@@ -9,3 +9,5 @@ mod keys;
 mod mtls;
 mod naive;
 mod replacements;
+mod solana;
+mod solana_node;

@@ -1,0 +1,123 @@
+//! The Solana test node itself: real runtime behind JSON-RPC, expiring blockhashes.
+
+use crate::solana_node::SolanaNode;
+use base64::Engine;
+use ed25519_dalek::{Signer, SigningKey};
+use serde_json::{Value, json};
+use sigcast_domain::{Lamports, SolanaPubkey, SolanaTransfer};
+use sigcast_evm::RpcPool;
+use std::time::{Duration, Instant};
+
+const SOL: u64 = 1_000_000_000;
+const FEE: u64 = 5_000;
+
+fn signed_transfer(key: &SigningKey, to: [u8; 32], lamports: u64, blockhash: &str) -> String {
+    let transfer = SolanaTransfer {
+        cluster: "localnet".into(),
+        from: SolanaPubkey::from(key.verifying_key().to_bytes()),
+        to: SolanaPubkey::from(to),
+        lamports: Lamports(lamports),
+    };
+    let hash: [u8; 32] = bs58::decode(blockhash)
+        .into_vec()
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let message = sigcast_solana::transfer_message(&transfer, hash);
+    let signature = key
+        .sign(&sigcast_solana::message_bytes(&message))
+        .to_bytes();
+    let tx = sigcast_solana::assemble(message, &[signature]);
+    base64::engine::general_purpose::STANDARD.encode(wincode::serialize(&tx).unwrap())
+}
+
+async fn rpc(pool: &RpcPool, method: &'static str, params: Value) -> Value {
+    pool.read(method, params)
+        .await
+        .unwrap_or_else(|e| panic!("{method}: {e}"))
+}
+
+async fn balance(pool: &RpcPool, key: [u8; 32]) -> u64 {
+    rpc(pool, "getBalance", json!([bs58::encode(key).into_string()])).await["value"]
+        .as_u64()
+        .unwrap()
+}
+
+async fn status(pool: &RpcPool, signature: &str) -> Value {
+    rpc(
+        pool,
+        "getSignatureStatuses",
+        json!([[signature], { "searchTransactionHistory": true }]),
+    )
+    .await["value"][0]
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_test_node_lands_transfers_and_lets_blockhashes_expire() {
+    let node = SolanaNode::start(Duration::from_millis(10)).await;
+    let pool = RpcPool::new(std::slice::from_ref(&node.url), Duration::from_secs(5)).unwrap();
+    let payer = SigningKey::from_bytes(&[7; 32]);
+    let payer_key = payer.verifying_key().to_bytes();
+    let recipient = [9u8; 32];
+    node.airdrop(payer_key, 10 * SOL);
+
+    let latest = rpc(
+        &pool,
+        "getLatestBlockhash",
+        json!([{ "commitment": "confirmed" }]),
+    )
+    .await;
+    let blockhash = latest["value"]["blockhash"].as_str().unwrap().to_owned();
+    let last_valid = latest["value"]["lastValidBlockHeight"].as_u64().unwrap();
+    let tx = signed_transfer(&payer, recipient, SOL, &blockhash);
+    let config = json!({ "encoding": "base64", "skipPreflight": true, "maxRetries": 0 });
+    let signature = rpc(&pool, "sendTransaction", json!([tx, config])).await;
+    let signature = signature.as_str().unwrap().to_owned();
+    let landed = status(&pool, &signature).await;
+    assert!(
+        landed["err"].is_null() && landed["slot"].as_u64().is_some(),
+        "{landed}"
+    );
+    assert_eq!(balance(&pool, recipient).await, SOL);
+    assert_eq!(
+        balance(&pool, payer_key).await,
+        9 * SOL - FEE,
+        "to the lamport, fee included"
+    );
+    let again = pool
+        .read("sendTransaction", json!([tx, config]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(again.contains("already been processed"), "{again}");
+
+    // Failing in execution (more than the balance): lands with its error.
+    let fresh = rpc(&pool, "getLatestBlockhash", json!([])).await["value"]["blockhash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let too_much = signed_transfer(&payer, recipient, 100 * SOL, &fresh);
+    let failed = rpc(&pool, "sendTransaction", json!([too_much, config])).await;
+    let failed = status(&pool, failed.as_str().unwrap()).await;
+    assert!(!failed["err"].is_null(), "landed with an error: {failed}");
+
+    // Past its lastValidBlockHeight the first blockhash is dead: a transfer using it never lands.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while node.slot() <= last_valid {
+        assert!(Instant::now() < deadline, "slots do not advance");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        rpc(&pool, "isBlockhashValid", json!([blockhash])).await["value"],
+        false
+    );
+    let expired = signed_transfer(&payer, recipient, 2, &blockhash);
+    let expired = rpc(&pool, "sendTransaction", json!([expired, config])).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        status(&pool, expired.as_str().unwrap()).await.is_null(),
+        "never landed"
+    );
+    assert_eq!(balance(&pool, recipient).await, SOL, "nothing more arrived");
+}

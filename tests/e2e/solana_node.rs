@@ -1,0 +1,349 @@
+//! A Solana JSON-RPC node for tests: the real Solana runtime (crate `litesvm`) behind the RPC
+//! methods sigcast uses, with slots advancing on a timer so blockhashes really expire.
+//!
+//! litesvm itself accepts only its latest blockhash; this node keeps the validator's window
+//! instead: a blockhash is valid until its `lastValidBlockHeight` (150 slots after it), the
+//! block height being the slot here. Like a validator with `skipPreflight`, a transaction
+//! whose blockhash is unknown or expired gets its signature back and never lands.
+//! A transaction that fails in execution lands with its error (litesvm does not charge its
+//! fee, unlike a validator).
+
+use base64::Engine;
+use litesvm::LiteSVM;
+use serde_json::{Value, json};
+use solana_hash::Hash;
+use solana_pubkey::Pubkey;
+use solana_signature::Signature;
+use solana_transaction::versioned::VersionedTransaction;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Slots a blockhash stays valid, as on mainnet.
+const BLOCKHASH_LIFETIME: u64 = 150;
+/// Fee per signature.
+const LAMPORTS_PER_SIGNATURE: u64 = 5_000;
+
+struct Chain {
+    svm: LiteSVM,
+    slot: u64,
+    /// Recent blockhashes and their last valid block height, newest last.
+    blockhashes: VecDeque<(Hash, u64)>,
+    /// Landed transactions: slot and error.
+    statuses: HashMap<Signature, (u64, Option<String>)>,
+}
+
+impl Chain {
+    fn tick(&mut self) {
+        self.slot += 1;
+        self.svm.warp_to_slot(self.slot);
+        self.svm.expire_blockhash();
+        self.blockhashes
+            .push_back((self.svm.latest_blockhash(), self.slot + BLOCKHASH_LIFETIME));
+        while self.blockhashes.len() > 4 * BLOCKHASH_LIFETIME as usize {
+            self.blockhashes.pop_front();
+        }
+    }
+
+    fn blockhash_valid(&self, hash: &Hash) -> bool {
+        self.blockhashes
+            .iter()
+            .any(|(h, last_valid)| h == hash && *last_valid >= self.slot)
+    }
+
+    fn context(&self, value: Value) -> Value {
+        json!({ "context": { "slot": self.slot }, "value": value })
+    }
+}
+
+/// A running node; stops when dropped.
+pub(crate) struct SolanaNode {
+    /// Its JSON-RPC URL.
+    pub(crate) url: String,
+    chain: Arc<Mutex<Chain>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl SolanaNode {
+    /// Starts a node producing a slot every `slot_time`.
+    pub(crate) async fn start(slot_time: Duration) -> Self {
+        let svm = LiteSVM::new()
+            .with_blockhash_check(false)
+            .with_transaction_history(0);
+        let mut chain = Chain {
+            svm,
+            slot: 0,
+            blockhashes: VecDeque::new(),
+            statuses: HashMap::new(),
+        };
+        chain.tick();
+        let chain = Arc::new(Mutex::new(chain));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let ticker = {
+            let chain = chain.clone();
+            tokio::spawn(async move {
+                let mut interval = tokio::time::interval(slot_time);
+                loop {
+                    interval.tick().await;
+                    chain.lock().unwrap().tick();
+                }
+            })
+        };
+        let server = {
+            let chain = chain.clone();
+            tokio::spawn(async move {
+                while let Ok((stream, _)) = listener.accept().await {
+                    let chain = chain.clone();
+                    tokio::spawn(async move {
+                        let _ = serve(stream, chain).await;
+                    });
+                }
+            })
+        };
+        Self {
+            url: format!("http://{addr}"),
+            chain,
+            tasks: vec![ticker, server],
+        }
+    }
+
+    /// Credits `lamports` to `account`.
+    pub(crate) fn airdrop(&self, account: [u8; 32], lamports: u64) {
+        let mut chain = self.chain.lock().unwrap();
+        chain
+            .svm
+            .airdrop(&Pubkey::new_from_array(account), lamports)
+            .expect("airdrop");
+    }
+
+    /// The current slot (= block height).
+    pub(crate) fn slot(&self) -> u64 {
+        self.chain.lock().unwrap().slot
+    }
+}
+
+impl Drop for SolanaNode {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+async fn serve(mut stream: TcpStream, chain: Arc<Mutex<Chain>>) -> std::io::Result<()> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let (header_end, length) = loop {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+        if let Some(pos) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let headers = String::from_utf8_lossy(&buffer[..pos]).to_ascii_lowercase();
+            let length = headers
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap_or(0))
+                })
+                .unwrap_or(0);
+            break (pos + 4, length);
+        }
+    };
+    while buffer.len() < header_end + length {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+    let request: Value =
+        serde_json::from_slice(&buffer[header_end..header_end + length]).unwrap_or(Value::Null);
+    let id = request.get("id").cloned().unwrap_or(Value::Null);
+    let method = request
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let params = request.get("params").cloned().unwrap_or(json!([]));
+    let reply = match handle(&mut chain.lock().unwrap(), method, &params) {
+        Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+        Err((code, message)) => {
+            json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } })
+        }
+    };
+    let body = reply.to_string();
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    Ok(())
+}
+
+type RpcResult = Result<Value, (i64, String)>;
+
+fn invalid(message: impl Into<String>) -> (i64, String) {
+    (-32602, message.into())
+}
+
+fn pubkey_param(params: &Value, index: usize) -> Result<Pubkey, (i64, String)> {
+    let text = params
+        .get(index)
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid("missing pubkey"))?;
+    let bytes: [u8; 32] = bs58::decode(text)
+        .into_vec()
+        .ok()
+        .and_then(|v| v.try_into().ok())
+        .ok_or_else(|| invalid(format!("invalid pubkey {text}")))?;
+    Ok(Pubkey::new_from_array(bytes))
+}
+
+fn handle(chain: &mut Chain, method: &str, params: &Value) -> RpcResult {
+    match method {
+        "getSlot" | "getBlockHeight" => Ok(json!(chain.slot)),
+        "getLatestBlockhash" => {
+            let (hash, last_valid) = *chain.blockhashes.back().expect("a blockhash");
+            Ok(chain.context(
+                json!({ "blockhash": hash.to_string(), "lastValidBlockHeight": last_valid }),
+            ))
+        }
+        "isBlockhashValid" => {
+            let text = params
+                .get(0)
+                .and_then(Value::as_str)
+                .ok_or_else(|| invalid("missing blockhash"))?;
+            let hash: Hash = text.parse().map_err(|_| invalid("invalid blockhash"))?;
+            Ok(chain.context(json!(chain.blockhash_valid(&hash))))
+        }
+        "getBalance" => {
+            let key = pubkey_param(params, 0)?;
+            Ok(chain.context(json!(chain.svm.get_balance(&key).unwrap_or(0))))
+        }
+        "getAccountInfo" => {
+            let key = pubkey_param(params, 0)?;
+            let value = chain.svm.get_account(&key).map(|account| {
+                json!({
+                    "lamports": account.lamports,
+                    "owner": account.owner.to_string(),
+                    "data": [base64::engine::general_purpose::STANDARD.encode(&account.data), "base64"],
+                    "executable": account.executable,
+                    "rentEpoch": account.rent_epoch,
+                    "space": account.data.len(),
+                })
+            });
+            Ok(chain.context(value.unwrap_or(Value::Null)))
+        }
+        "getFeeForMessage" => {
+            let text = params
+                .get(0)
+                .and_then(Value::as_str)
+                .ok_or_else(|| invalid("missing message"))?;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map_err(|_| invalid("message not base64"))?;
+            // The first byte of a legacy message header is its number of required signatures.
+            let signatures = u64::from(*bytes.first().ok_or_else(|| invalid("empty message"))?);
+            Ok(chain.context(json!(signatures * LAMPORTS_PER_SIGNATURE)))
+        }
+        "getSignatureStatuses" => {
+            let signatures = params
+                .get(0)
+                .and_then(Value::as_array)
+                .ok_or_else(|| invalid("missing signatures"))?;
+            let statuses: Vec<Value> = signatures
+                .iter()
+                .map(|s| {
+                    let signature: Option<Signature> = s.as_str().and_then(|s| s.parse().ok());
+                    match signature.and_then(|s| chain.statuses.get(&s)) {
+                        Some((slot, err)) => json!({
+                            "slot": slot,
+                            "confirmations": null,
+                            "err": err.as_ref().map(|e| json!(e)),
+                            "status": if err.is_some() { json!({ "Err": err }) } else { json!({ "Ok": null }) },
+                            "confirmationStatus": "finalized",
+                        }),
+                        None => Value::Null,
+                    }
+                })
+                .collect();
+            Ok(chain.context(json!(statuses)))
+        }
+        "sendTransaction" => send_transaction(chain, params),
+        other => Err((-32601, format!("Method not found: {other}"))),
+    }
+}
+
+fn send_transaction(chain: &mut Chain, params: &Value) -> RpcResult {
+    let encoded = params
+        .get(0)
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid("missing transaction"))?;
+    let encoding = params
+        .get(1)
+        .and_then(|c| c.get("encoding"))
+        .and_then(Value::as_str)
+        .unwrap_or("base58");
+    let bytes = match encoding {
+        "base64" => base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .map_err(|_| invalid("not base64"))?,
+        _ => bs58::decode(encoded)
+            .into_vec()
+            .map_err(|_| invalid("not base58"))?,
+    };
+    let tx: VersionedTransaction =
+        wincode::deserialize(&bytes).map_err(|e| invalid(format!("failed to deserialize: {e}")))?;
+    let signature = *tx
+        .signatures
+        .first()
+        .ok_or_else(|| invalid("no signature"))?;
+    if chain.statuses.contains_key(&signature) {
+        return Err((
+            -32002,
+            "Transaction simulation failed: This transaction has already been processed".into(),
+        ));
+    }
+    if !chain.blockhash_valid(tx.message.recent_blockhash()) && !uses_durable_nonce(&tx) {
+        // As a validator with skipPreflight: accepted, never lands.
+        return Ok(json!(signature.to_string()));
+    }
+    match chain.svm.send_transaction(tx) {
+        Ok(_) => {
+            chain.statuses.insert(signature, (chain.slot, None));
+            Ok(json!(signature.to_string()))
+        }
+        Err(failed) => {
+            let error = format!("{:?}", failed.err);
+            if error.contains("Signature")
+                || error.contains("Sanitize")
+                || error.contains("AccountNotFound")
+            {
+                // Refused before execution: never lands.
+                return Err((-32002, format!("Transaction simulation failed: {error}")));
+            }
+            chain.statuses.insert(signature, (chain.slot, Some(error)));
+            Ok(json!(signature.to_string()))
+        }
+    }
+}
+
+/// A durable-nonce transaction: its first instruction advances a nonce account, and its
+/// "blockhash" is that account's nonce value (litesvm checks it when executing).
+fn uses_durable_nonce(tx: &VersionedTransaction) -> bool {
+    let message = &tx.message;
+    let Some(first) = message.instructions().first() else {
+        return false;
+    };
+    let system = Pubkey::default();
+    message
+        .static_account_keys()
+        .get(usize::from(first.program_id_index))
+        == Some(&system)
+        && first.data.first() == Some(&4)
+}

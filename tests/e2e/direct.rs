@@ -4,7 +4,7 @@
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use sigcast_domain::{EvmAddress, EvmTransfer, Intent, Wei};
-use sigcast_evm::{Fees, RpcPool, TxParams, build_transaction};
+use sigcast_evm::{EvmRpc, Fees, TxParams, build_transaction};
 use std::time::Duration;
 
 /// anvil dev key #0 (public test key).
@@ -35,7 +35,7 @@ pub(crate) fn sign_transfer(to: &str, value: u64, nonce: u64) -> Vec<u8> {
 
 /// The naive retrier: on any failure of a send, read the pending nonce, sign again, send again
 /// — until one send gets a reply. Returns how many sends it made.
-pub(crate) async fn naive_transfer(via: &RpcPool, to: &str, value: u64) -> usize {
+pub(crate) async fn naive_transfer(via: &EvmRpc, to: &str, value: u64) -> usize {
     let from = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
     let mut sends = 0;
     loop {

@@ -1,7 +1,7 @@
 //! Hedged reads and single-path writes over a dead, a slow and a healthy endpoint.
 
 use sigcast_e2e::{Anvil, FaultProxy, free_addr};
-use sigcast_evm::RpcPool;
+use sigcast_evm::EvmRpc;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -12,7 +12,7 @@ async fn reads_hedge_past_dead_and_slow_endpoints_and_each_write_goes_to_one() {
     let slow = FaultProxy::slow(anvil.addr, Duration::from_secs(3)).await;
     let healthy = FaultProxy::start(anvil.addr, 0.0, 0, Duration::ZERO).await; // counts, no faults
     // The slow endpoint is configured first: without hedging every read would wait for it.
-    let pool = RpcPool::new(
+    let pool = EvmRpc::new(
         &[slow.url.clone(), dead.clone(), healthy.url.clone()],
         Duration::from_secs(10),
     )

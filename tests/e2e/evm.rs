@@ -3,7 +3,7 @@
 use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 use sigcast_e2e::{Fault, Stack, StackOptions};
-use sigcast_evm::{Address, RpcPool, U256};
+use sigcast_evm::{Address, EvmRpc, U256};
 use sigcast_proto::pb;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -141,7 +141,7 @@ pub(crate) async fn assert_exactly_once(
             pb::ExecutionStatus::Success
         );
     }
-    let chain = RpcPool::new(
+    let chain = EvmRpc::new(
         std::slice::from_ref(&stack.anvil.url),
         Duration::from_secs(5),
     )
@@ -316,7 +316,7 @@ async fn a_nonce_consumed_by_an_outside_sender_rejects_with_evidence_and_later_o
     );
 
     // Someone else sends from the same key at the same nonce 0, straight to the node.
-    let node = RpcPool::new(
+    let node = EvmRpc::new(
         std::slice::from_ref(&stack.anvil.url),
         Duration::from_secs(5),
     )
@@ -432,7 +432,7 @@ async fn contract_calls_with_estimated_and_fixed_gas_confirm_as_legacy_transacti
         Duration::from_secs(60),
     )
     .await;
-    let node = RpcPool::new(
+    let node = EvmRpc::new(
         std::slice::from_ref(&stack.anvil.url),
         Duration::from_secs(5),
     )

@@ -4,7 +4,7 @@
 use crate::evm::{DEV, assert_exactly_once, recipient, submit_transfers, transfer, wait_terminal};
 use prost::Message;
 use sigcast_e2e::{Stack, StackOptions};
-use sigcast_evm::{Address, RpcPool, U256};
+use sigcast_evm::{Address, EvmRpc, U256};
 use sigcast_proto::pb;
 use sigcast_proto::sigcast::signer::v1::{AuditRecord, SignOperationRequest};
 use sigcast_store::{Store, StoreConfig, accounts};
@@ -117,7 +117,7 @@ async fn each_policy_rule_refuses_with_its_reason_and_nothing_is_signed() {
             op.op_id
         );
     }
-    let node = RpcPool::new(
+    let node = EvmRpc::new(
         std::slice::from_ref(&stack.anvil.url),
         Duration::from_secs(5),
     )
@@ -380,7 +380,7 @@ async fn a_transfer_signed_inside_a_softhsm_token_confirms_on_anvil() {
         stack.logs()
     );
 
-    let node = RpcPool::new(
+    let node = EvmRpc::new(
         std::slice::from_ref(&stack.anvil.url),
         Duration::from_secs(5),
     )

@@ -4,7 +4,7 @@
 use crate::direct::naive_transfer;
 use crate::evm::{DEV, assert_exactly_once, submit_transfers};
 use sigcast_e2e::{Anvil, FaultProxy, Stack, StackOptions};
-use sigcast_evm::{Address, RpcPool, U256};
+use sigcast_evm::{Address, EvmRpc, U256};
 use std::time::Duration;
 
 const RUNS: u64 = 5;
@@ -25,13 +25,13 @@ async fn a_naive_retrier_duplicates_where_sigcast_does_not() {
         let anvil = Anvil::start(Some(1), dir.path());
         let proxy =
             FaultProxy::start(anvil.addr, FAULT_RATE, seed, Duration::from_millis(2_500)).await;
-        let via = RpcPool::new(std::slice::from_ref(&proxy.url), Duration::from_secs(2)).unwrap();
+        let via = EvmRpc::new(std::slice::from_ref(&proxy.url), Duration::from_secs(2)).unwrap();
         let mut sends = 0;
         for _ in 0..TRANSFERS {
             sends += naive_transfer(&via, recipient, VALUE).await;
         }
         tokio::time::sleep(Duration::from_secs(3)).await; // two blocks: everything sent is mined
-        let node = RpcPool::new(std::slice::from_ref(&anvil.url), Duration::from_secs(5)).unwrap();
+        let node = EvmRpc::new(std::slice::from_ref(&anvil.url), Duration::from_secs(5)).unwrap();
         let delta = node
             .balance(recipient.parse::<Address>().unwrap())
             .await
@@ -54,7 +54,7 @@ async fn a_naive_retrier_duplicates_where_sigcast_does_not() {
         .await;
         let planned = submit_transfers(&stack, &format!("run{run}"), TRANSFERS, 1).await;
         assert_exactly_once(&stack, &planned, 1, Duration::from_secs(300)).await;
-        let node = RpcPool::new(
+        let node = EvmRpc::new(
             std::slice::from_ref(&stack.anvil.url),
             Duration::from_secs(5),
         )

@@ -3,12 +3,12 @@
 
 use crate::evm::{DEV, recipient, transfer, wait_terminal};
 use sigcast_e2e::{Stack, StackOptions};
-use sigcast_evm::{Address, RpcPool, U256};
+use sigcast_evm::{Address, EvmRpc, U256};
 use sigcast_proto::pb;
 use std::time::{Duration, Instant};
 
-async fn node(stack: &Stack) -> RpcPool {
-    RpcPool::new(
+async fn node(stack: &Stack) -> EvmRpc {
+    EvmRpc::new(
         std::slice::from_ref(&stack.anvil.url),
         Duration::from_secs(5),
     )
@@ -16,7 +16,7 @@ async fn node(stack: &Stack) -> RpcPool {
 }
 
 /// Stops anvil producing blocks until `mine` is called.
-async fn pause_mining(node: &RpcPool) {
+async fn pause_mining(node: &EvmRpc) {
     node.read("evm_setIntervalMining", serde_json::json!([0]))
         .await
         .unwrap();
@@ -25,7 +25,7 @@ async fn pause_mining(node: &RpcPool) {
         .unwrap();
 }
 
-async fn mine(node: &RpcPool) {
+async fn mine(node: &EvmRpc) {
     node.read("evm_mine", serde_json::json!([])).await.unwrap();
 }
 

@@ -5,7 +5,7 @@ use base64::Engine;
 use ed25519_dalek::{Signer, SigningKey};
 use serde_json::{Value, json};
 use sigcast_domain::{Lamports, SolanaPubkey, SolanaTransfer};
-use sigcast_evm::RpcPool;
+use sigcast_evm::EvmRpc;
 use std::time::{Duration, Instant};
 
 const SOL: u64 = 1_000_000_000;
@@ -31,19 +31,19 @@ fn signed_transfer(key: &SigningKey, to: [u8; 32], lamports: u64, blockhash: &st
     base64::engine::general_purpose::STANDARD.encode(wincode::serialize(&tx).unwrap())
 }
 
-async fn rpc(pool: &RpcPool, method: &'static str, params: Value) -> Value {
+async fn rpc(pool: &EvmRpc, method: &'static str, params: Value) -> Value {
     pool.read(method, params)
         .await
         .unwrap_or_else(|e| panic!("{method}: {e}"))
 }
 
-async fn balance(pool: &RpcPool, key: [u8; 32]) -> u64 {
+async fn balance(pool: &EvmRpc, key: [u8; 32]) -> u64 {
     rpc(pool, "getBalance", json!([bs58::encode(key).into_string()])).await["value"]
         .as_u64()
         .unwrap()
 }
 
-async fn status(pool: &RpcPool, signature: &str) -> Value {
+async fn status(pool: &EvmRpc, signature: &str) -> Value {
     rpc(
         pool,
         "getSignatureStatuses",
@@ -56,7 +56,7 @@ async fn status(pool: &RpcPool, signature: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_test_node_lands_transfers_and_lets_blockhashes_expire() {
     let node = SolanaNode::start(Duration::from_millis(10)).await;
-    let pool = RpcPool::new(std::slice::from_ref(&node.url), Duration::from_secs(5)).unwrap();
+    let pool = EvmRpc::new(std::slice::from_ref(&node.url), Duration::from_secs(5)).unwrap();
     let payer = SigningKey::from_bytes(&[7; 32]);
     let payer_key = payer.verifying_key().to_bytes();
     let recipient = [9u8; 32];

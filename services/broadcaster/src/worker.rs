@@ -9,7 +9,7 @@
 use crate::config::Config;
 use futures::StreamExt;
 use sigcast_domain::OperationState;
-use sigcast_evm::{Address, B256, RpcPool, SendClass, classify_send_error};
+use sigcast_evm::{Address, B256, EvmRpc, SendClass, classify_send_error};
 use sigcast_proto::sigcast::signer::v1::signer_service_client::SignerServiceClient;
 use sigcast_proto::sigcast::signer::v1::{SignOperationRequest, SignPurpose};
 use sigcast_proto::{pb, state_to_proto};
@@ -25,7 +25,7 @@ const BATCH: usize = 1_000;
 
 /// A chain this broadcaster serves.
 struct Chain {
-    pool: RpcPool,
+    pool: EvmRpc,
 }
 
 /// The broadcaster's state: the store, the signer client and the chains.
@@ -49,7 +49,7 @@ impl Worker {
             chains.insert(
                 format!("eip155:{}", chain.chain_id),
                 Chain {
-                    pool: RpcPool::new(&chain.rpc_urls, timeout)?,
+                    pool: EvmRpc::new(&chain.rpc_urls, timeout)?,
                 },
             );
         }

@@ -57,7 +57,7 @@ pub enum Error {
         /// The op_id.
         op_id: String,
         /// The failure.
-        source: sigcast_evm::Error,
+        source: sigcast_jsonrpc::Error,
     },
     /// Signing itself failed.
     #[error("signing op {op_id:?} at nonce {nonce}: {reason}")]

@@ -13,7 +13,7 @@ use sigcast_domain::policy::{KeyPolicy, policy_for};
 use sigcast_domain::{EvmAddress, EvmTransfer, Wei};
 use sigcast_domain::{Intent, IntentRules, OperationState};
 use sigcast_evm::U256;
-use sigcast_evm::{Address, Fees, RpcPool, TxParams, build_transaction, params_of};
+use sigcast_evm::{Address, EvmRpc, Fees, TxParams, build_transaction, params_of};
 use sigcast_proto::sigcast::signer::v1::{AuditRecord, SignPurpose};
 use sigcast_proto::{intent_from_proto, pb, state_from_proto, state_to_proto};
 use sigcast_store::{Store, accounts, operations};
@@ -67,13 +67,13 @@ pub struct Signed {
 }
 
 struct EvmChain {
-    pool: RpcPool,
+    pool: EvmRpc,
     tx_type: TxType,
 }
 
 impl EvmChain {
     /// Fees for a new transaction now, of the configured type.
-    async fn current_fees(&self) -> sigcast_evm::Result<Fees> {
+    async fn current_fees(&self) -> sigcast_jsonrpc::Result<Fees> {
         match self.tx_type {
             TxType::Eip1559 => self.pool.eip1559_fees().await,
             TxType::Legacy => Ok(Fees::Legacy {
@@ -112,7 +112,7 @@ impl Signer {
             chains.insert(
                 chain.chain_id,
                 EvmChain {
-                    pool: RpcPool::new(&chain.rpc_urls, timeout)?,
+                    pool: EvmRpc::new(&chain.rpc_urls, timeout)?,
                     tx_type: chain.tx_type,
                 },
             );

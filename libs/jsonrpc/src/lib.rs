@@ -1,0 +1,11 @@
+//! JSON-RPC over HTTP to the endpoints of one chain, shared by the EVM and Solana adapters.
+//!
+//! Reads are hedged across the endpoints; a write goes to exactly one endpoint, once: it is
+//! never hedged, never batched and never retried here, because what a failed write means is
+//! decided by reading chain state, not by sending again.
+
+mod error;
+mod pool;
+
+pub use error::{Error, Result, RpcError};
+pub use pool::{RpcPool, SendAttempt, quantity, quantity_u128, unexpected};

@@ -1,0 +1,276 @@
+//! JSON-RPC over HTTP to a set of endpoints of one chain.
+//!
+//! Reads are hedged: a read goes to the best-ranked endpoint and, if no answer came within a
+//! delay derived from that endpoint's recent latency, also to the next; the first good answer
+//! wins, and endpoints that fail are demoted for a while. Sends are never hedged, never
+//! batched and never retried here: one raw transaction, one endpoint, one request.
+
+use crate::{Error, Result, RpcError};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use serde_json::{Value, json};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Consecutive failures after which an endpoint is demoted.
+const DEMOTE_AFTER: u32 = 3;
+/// How long a demoted endpoint stays at the back of the line.
+const DEMOTION: Duration = Duration::from_secs(10);
+/// Hedge delay bounds.
+const MIN_HEDGE: Duration = Duration::from_millis(20);
+const MAX_HEDGE: Duration = Duration::from_millis(1_000);
+/// Hedge delay for an endpoint with no latency measured yet.
+const FIRST_HEDGE: Duration = Duration::from_millis(150);
+
+#[derive(Debug)]
+struct Health {
+    latency_ewma: Option<Duration>,
+    consecutive_failures: u32,
+    demoted_until: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Endpoint {
+    url: String,
+    health: Mutex<Health>,
+}
+
+impl Endpoint {
+    fn record(&self, elapsed: Duration, ok: bool) {
+        let mut h = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        if ok {
+            h.consecutive_failures = 0;
+            h.demoted_until = None;
+            h.latency_ewma = Some(match h.latency_ewma {
+                Some(avg) => (avg * 4 + elapsed) / 5,
+                None => elapsed,
+            });
+        } else {
+            h.consecutive_failures += 1;
+            if h.consecutive_failures >= DEMOTE_AFTER {
+                h.demoted_until = Some(Instant::now() + DEMOTION);
+            }
+        }
+    }
+
+    /// Sort key: healthy before demoted, then faster first.
+    fn rank(&self, now: Instant) -> (bool, Duration) {
+        let h = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        (
+            h.demoted_until.is_some_and(|until| until > now),
+            h.latency_ewma.unwrap_or(FIRST_HEDGE),
+        )
+    }
+
+    fn hedge_delay(&self) -> Duration {
+        let h = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        h.latency_ewma
+            .map_or(FIRST_HEDGE, |avg| (avg * 2).clamp(MIN_HEDGE, MAX_HEDGE))
+    }
+}
+
+/// One send: where it went and what came back.
+#[derive(Debug)]
+pub struct SendAttempt<T> {
+    /// The endpoint the request went to.
+    pub endpoint: String,
+    /// Its result, or its failure.
+    pub result: Result<T, RpcError>,
+}
+
+/// The endpoints of one chain.
+#[derive(Debug)]
+pub struct RpcPool {
+    endpoints: Vec<Endpoint>,
+    http: reqwest::Client,
+    next_id: AtomicU64,
+}
+
+impl RpcPool {
+    /// A pool over `urls`; each request times out after `timeout`.
+    pub fn new(urls: &[String], timeout: Duration) -> Result<Self> {
+        if urls.is_empty() {
+            return Err(Error::NoEndpoints);
+        }
+        // reqwest is built without a default TLS provider; ring is ours.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(5)))
+            .build()
+            .map_err(|e| Error::Client(e.to_string()))?;
+        let endpoints = urls
+            .iter()
+            .map(|url| Endpoint {
+                url: url.clone(),
+                health: Mutex::new(Health {
+                    latency_ewma: None,
+                    consecutive_failures: 0,
+                    demoted_until: None,
+                }),
+            })
+            .collect();
+        Ok(Self {
+            endpoints,
+            http,
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    /// The configured endpoint URLs, in configuration order.
+    pub fn urls(&self) -> Vec<&str> {
+        self.endpoints.iter().map(|e| e.url.as_str()).collect()
+    }
+
+    fn ranked(&self) -> Vec<usize> {
+        let now = Instant::now();
+        let mut order: Vec<usize> = (0..self.endpoints.len()).collect();
+        order.sort_by_key(|&i| self.endpoints[i].rank(now));
+        order
+    }
+
+    async fn call(&self, index: usize, method: &str, params: &Value) -> Result<Value, RpcError> {
+        let endpoint = &self.endpoints[index];
+        let started = Instant::now();
+        let result = self.post(&endpoint.url, method, params).await;
+        endpoint.record(
+            started.elapsed(),
+            result.is_ok() || matches!(result, Err(RpcError::Node { .. })),
+        );
+        result
+    }
+
+    async fn post(&self, url: &str, method: &str, params: &Value) -> Result<Value, RpcError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        let response = self
+            .http
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| RpcError::Transport {
+                endpoint: url.to_owned(),
+                message: e.to_string(),
+                maybe_delivered: !e.is_connect(),
+            })?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(RpcError::Http {
+                endpoint: url.to_owned(),
+                status: status.as_u16(),
+            });
+        }
+        let bytes = response.bytes().await.map_err(|e| RpcError::Transport {
+            endpoint: url.to_owned(),
+            message: e.to_string(),
+            maybe_delivered: true,
+        })?;
+        let malformed = |message: String| RpcError::Malformed {
+            endpoint: url.to_owned(),
+            message,
+        };
+        let mut reply: Value =
+            serde_json::from_slice(&bytes).map_err(|e| malformed(e.to_string()))?;
+        if let Some(error) = reply.get("error") {
+            return Err(RpcError::Node {
+                endpoint: url.to_owned(),
+                code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
+                message: error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+            });
+        }
+        match reply.get_mut("result") {
+            Some(result) => Ok(result.take()),
+            None => Err(malformed("no result and no error".into())),
+        }
+    }
+
+    /// A hedged read: the first good answer of the ranked endpoints.
+    pub async fn read(&self, method: &'static str, params: Value) -> Result<Value> {
+        let order = self.ranked();
+        let mut in_flight = FuturesUnordered::new();
+        let mut errors = Vec::new();
+        let mut launched = 0;
+        let launch = |n: usize| {
+            let index = order[n];
+            let params = &params;
+            async move { self.call(index, method, params).await }
+        };
+        in_flight.push(launch(0));
+        launched += 1;
+        loop {
+            let delay = self.endpoints[order[launched - 1]].hedge_delay();
+            tokio::select! {
+                Some(result) = in_flight.next() => match result {
+                    Ok(value) => return Ok(value),
+                    Err(error) => {
+                        tracing::debug!(%error, method, "read failed");
+                        errors.push(error);
+                        if launched < order.len() {
+                            in_flight.push(launch(launched));
+                            launched += 1;
+                        } else if in_flight.is_empty() {
+                            return Err(Error::AllEndpointsFailed { method, errors });
+                        }
+                    }
+                },
+                _ = tokio::time::sleep(delay), if launched < order.len() => {
+                    tracing::debug!(method, endpoint = %self.endpoints[order[launched]].url, "hedging read");
+                    in_flight.push(launch(launched));
+                    launched += 1;
+                }
+            }
+        }
+    }
+
+    /// A read from one endpoint only, for evidence that must come from a single view of the
+    /// chain (a nonce and the receipts checked against it).
+    pub async fn read_from(
+        &self,
+        url: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, RpcError> {
+        let index = self
+            .endpoints
+            .iter()
+            .position(|e| e.url == url)
+            .unwrap_or(0);
+        self.call(index, method, &params).await
+    }
+
+    /// A write: sent once to the best-ranked endpoint, never hedged, never batched, never
+    /// retried here.
+    pub async fn send(&self, method: &str, params: Value) -> SendAttempt<Value> {
+        let index = self.ranked()[0];
+        let result = self.call(index, method, &params).await;
+        SendAttempt {
+            endpoint: self.endpoints[index].url.clone(),
+            result,
+        }
+    }
+}
+
+/// A JSON-RPC quantity ("0x1a") as u64.
+pub fn quantity(value: &Value) -> Option<u64> {
+    u64::from_str_radix(value.as_str()?.strip_prefix("0x")?, 16).ok()
+}
+
+/// A JSON-RPC quantity as u128.
+pub fn quantity_u128(value: &Value) -> Option<u128> {
+    u128::from_str_radix(value.as_str()?.strip_prefix("0x")?, 16).ok()
+}
+
+/// The error for a result that is not what `method` returns.
+pub fn unexpected(method: &'static str, value: &Value) -> Error {
+    Error::Unexpected {
+        method,
+        value: value.to_string(),
+    }
+}

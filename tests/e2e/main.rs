@@ -11,3 +11,4 @@ mod naive;
 mod replacements;
 mod solana;
 mod solana_node;
+mod solana_ops;

@@ -101,6 +101,10 @@ pub struct StackOptions {
     pub broadcaster_signer_url: Option<String>,
     /// Extra tables of the broadcaster's config (e.g. `[signer_tls]`).
     pub broadcaster_tables: String,
+    /// A Solana node's JSON-RPC URL: serve cluster "localnet" there.
+    pub solana_rpc: Option<String>,
+    /// Ed25519 keys the signer holds for Solana (generated into its keystore).
+    pub solana_accounts: usize,
 }
 
 impl Default for StackOptions {
@@ -118,6 +122,8 @@ impl Default for StackOptions {
             signer_env: Vec::new(),
             broadcaster_signer_url: None,
             broadcaster_tables: String::new(),
+            solana_rpc: None,
+            solana_accounts: 0,
         }
     }
 }
@@ -161,6 +167,8 @@ pub struct Stack {
     pub gateway: Service,
     /// Shared directory: store, keys, configs, logs.
     pub dir: tempfile::TempDir,
+    /// The Solana accounts (base58) whose Ed25519 keys the signer holds.
+    pub solana_accounts: Vec<String>,
 }
 
 impl Stack {
@@ -207,6 +215,40 @@ impl Stack {
             ])
             .output()
             .expect("run sigcast-signer keys import-dev");
+        let mut solana_accounts = Vec::new();
+        for _ in 0..options.solana_accounts {
+            let generated = Command::new(crate::binary("sigcast-signer"))
+                .args(["--config"])
+                .arg(path.join("keys.toml"))
+                .args([
+                    "keys",
+                    "generate",
+                    "--backend",
+                    "keystore",
+                    "--algorithm",
+                    "ed25519",
+                ])
+                .output()
+                .expect("run sigcast-signer keys generate");
+            assert!(
+                generated.status.success(),
+                "{}",
+                String::from_utf8_lossy(&generated.stderr)
+            );
+            solana_accounts.push(
+                String::from_utf8(generated.stdout)
+                    .unwrap()
+                    .trim()
+                    .to_owned(),
+            );
+        }
+        let solana_table = options
+            .solana_rpc
+            .as_ref()
+            .map(|url| {
+                format!("[[solana_clusters]]\ncluster = \"localnet\"\nrpc_urls = [\"{url}\"]\n")
+            })
+            .unwrap_or_default();
         assert!(
             import.status.success(),
             "{}",
@@ -222,7 +264,7 @@ impl Stack {
             // The signer API on a Unix socket, callers checked by uid; TCP serves health only.
             let socket = replica_dir.join("signer.sock");
             let signer_toml = format!(
-                "listen = \"{signer_addr}\"\nunix_socket = \"{}\"\n{}{keys}{store}{chain}{}",
+                "listen = \"{signer_addr}\"\nunix_socket = \"{}\"\n{}{keys}{store}{chain}{solana_table}{}",
                 socket.display(),
                 options.signer_settings,
                 options.signer_tables
@@ -240,7 +282,7 @@ impl Stack {
             let broadcaster_addr = free_addr();
             let broadcaster_toml = format!(
                 "listen = \"{broadcaster_addr}\"\nsigner_url = \"{}\"\npoll_ms = 100\n\
-                 rpc_timeout_ms = 2000\nrebroadcast_ms = 3000\nfee_bump_after_ms = {}\nconfirmations = {}\n{store}{send_chain}{}",
+                 rpc_timeout_ms = 2000\nrebroadcast_ms = 3000\nfee_bump_after_ms = {}\nconfirmations = {}\n{store}{send_chain}{solana_table}{}",
                 options
                     .broadcaster_signer_url
                     .clone()
@@ -269,6 +311,7 @@ impl Stack {
             broadcasters,
             gateway,
             dir,
+            solana_accounts,
         }
     }
 

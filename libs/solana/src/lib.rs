@@ -4,6 +4,9 @@
 //! It never holds keys: the signer signs `message_bytes` with its key (a keystore key or one
 //! inside a PKCS#11 token) and hands the signature back here.
 
+mod rpc;
+
+pub use rpc::{SignatureStatus, SolanaRpc};
 use sigcast_domain::SolanaTransfer;
 use solana_hash::Hash;
 use solana_message::Message;
@@ -42,6 +45,57 @@ pub fn assemble(message: Message, signatures: &[[u8; 64]]) -> Transaction {
 pub fn verify(transaction: &Transaction) -> bool {
     transaction.signatures.len() == usize::from(transaction.message.header.num_required_signatures)
         && transaction.verify().is_ok()
+}
+
+/// A message for a list of instructions, fee paid by `fee_payer`.
+pub fn instructions_message(
+    list: &sigcast_domain::SolanaInstructions,
+    blockhash: [u8; 32],
+) -> Message {
+    use solana_message::{AccountMeta, Instruction};
+    let instructions: Vec<Instruction> = list
+        .instructions
+        .iter()
+        .map(|ix| Instruction {
+            program_id: Pubkey::new_from_array(*ix.program_id.as_bytes()),
+            accounts: ix
+                .accounts
+                .iter()
+                .map(|meta| AccountMeta {
+                    pubkey: Pubkey::new_from_array(*meta.pubkey.as_bytes()),
+                    is_signer: meta.is_signer,
+                    is_writable: meta.is_writable,
+                })
+                .collect(),
+            data: ix.data.clone(),
+        })
+        .collect();
+    let payer = Pubkey::new_from_array(*list.fee_payer.as_bytes());
+    Message::new_with_blockhash(
+        &instructions,
+        Some(&payer),
+        &Hash::new_from_array(blockhash),
+    )
+}
+
+/// The keys that must sign a message, in signature order.
+pub fn signers(message: &Message) -> Vec<[u8; 32]> {
+    message
+        .account_keys
+        .iter()
+        .take(usize::from(message.header.num_required_signatures))
+        .map(|k| k.to_bytes())
+        .collect()
+}
+
+/// A signed transaction's wire bytes (what `sendTransaction` takes, base64-encoded).
+pub fn wire_bytes(transaction: &Transaction) -> Vec<u8> {
+    wincode::serialize(transaction).expect("a transaction always serializes")
+}
+
+/// The signed transaction in wire bytes.
+pub fn from_wire(bytes: &[u8]) -> Option<Transaction> {
+    wincode::deserialize(bytes).ok()
 }
 
 #[cfg(test)]

@@ -27,6 +27,10 @@ pub struct Config {
     pub signer_tls: Option<SignerTlsConfig>,
     /// EVM chains served.
     pub evm_chains: Vec<EvmChainConfig>,
+    /// Solana clusters served (`[[solana_clusters]]`).
+    pub solana_clusters: Vec<SolanaClusterConfig>,
+    /// Commitment at which a Solana operation is CONFIRMED: "confirmed" or "finalized".
+    pub solana_commitment: String,
     /// How often the store is scanned for work, in milliseconds.
     pub poll_ms: u64,
     /// Blocks a receipt must be under (1 = included) before the operation is CONFIRMED.
@@ -58,6 +62,16 @@ pub struct SignerTlsConfig {
     pub domain: Option<String>,
 }
 
+/// One Solana cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SolanaClusterConfig {
+    /// The cluster's name, as intents name it (e.g. "localnet").
+    pub cluster: String,
+    /// JSON-RPC endpoints: reads hedged across them, each send to one.
+    pub rpc_urls: Vec<String>,
+}
+
 /// One EVM chain.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -79,6 +93,8 @@ impl Default for Config {
                 chain_id: 31337,
                 rpc_urls: vec!["http://127.0.0.1:8545".into()],
             }],
+            solana_clusters: Vec::new(),
+            solana_commitment: "confirmed".into(),
             poll_ms: 200,
             confirmations: 1,
             rebroadcast_ms: 6_000,
@@ -99,6 +115,18 @@ impl ServiceConfig for Config {
             return invalid(
                 "evm_chains.rpc_urls",
                 "every chain needs at least one endpoint",
+            );
+        }
+        if !matches!(self.solana_commitment.as_str(), "confirmed" | "finalized") {
+            return invalid(
+                "solana_commitment",
+                "must be \"confirmed\" or \"finalized\"",
+            );
+        }
+        if self.solana_clusters.iter().any(|c| c.rpc_urls.is_empty()) {
+            return invalid(
+                "solana_clusters.rpc_urls",
+                "every cluster needs at least one endpoint",
             );
         }
         if self.confirmations == 0 {

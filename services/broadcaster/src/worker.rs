@@ -13,6 +13,7 @@ use sigcast_evm::{Address, B256, EvmRpc, SendClass, classify_send_error};
 use sigcast_proto::sigcast::signer::v1::signer_service_client::SignerServiceClient;
 use sigcast_proto::sigcast::signer::v1::{SignOperationRequest, SignPurpose};
 use sigcast_proto::{pb, state_to_proto};
+use sigcast_solana::SolanaRpc;
 use sigcast_store::operations::{self, ListFilter};
 use sigcast_store::{Store, accounts};
 use std::collections::{BTreeMap, HashMap};
@@ -34,6 +35,8 @@ pub struct Worker {
     store: Store,
     signer: SignerServiceClient<Channel>,
     chains: Arc<HashMap<String, Chain>>,
+    solana: Arc<HashMap<String, SolanaRpc>>,
+    solana_commitment: String,
     confirmations: u64,
     rebroadcast: Duration,
     fee_bump_after: Option<Duration>,
@@ -53,11 +56,20 @@ impl Worker {
                 },
             );
         }
+        let mut solana = HashMap::new();
+        for cluster in &config.solana_clusters {
+            solana.insert(
+                format!("solana:{}", cluster.cluster),
+                SolanaRpc::new(&cluster.rpc_urls, timeout)?,
+            );
+        }
         let channel = signer_channel(&config.signer_url, config.signer_tls.as_ref())?;
         Ok(Self {
             store,
             signer: SignerServiceClient::new(channel),
             chains: Arc::new(chains),
+            solana: Arc::new(solana),
+            solana_commitment: config.solana_commitment.clone(),
             confirmations: config.confirmations,
             rebroadcast: Duration::from_millis(config.rebroadcast_ms),
             fee_bump_after: (config.fee_bump_after_ms > 0)
@@ -111,7 +123,7 @@ impl Worker {
         Ok(page
             .operations
             .into_iter()
-            .filter(|op| self.chains.contains_key(&op.chain))
+            .filter(|op| self.chains.contains_key(&op.chain) || self.solana.contains_key(&op.chain))
             .collect())
     }
 
@@ -188,9 +200,11 @@ impl Worker {
 
     /// Sends an attempt's stored bytes to one endpoint and records the outcome.
     async fn send(&self, op: &pb::Operation, attempt: u32) {
-        let Some(chain) = self.chains.get(&op.chain) else {
+        let evm = self.chains.get(&op.chain);
+        let solana = self.solana.get(&op.chain);
+        if evm.is_none() && solana.is_none() {
             return;
-        };
+        }
         let root = self.store.root().clone();
         let id = op.op_id.clone();
         let raw = match self
@@ -208,9 +222,30 @@ impl Worker {
                 return;
             }
         };
-        let sent = chain.pool.send_raw(&raw).await;
-        let (outcome, error) = match &sent.result {
-            Ok(_) => (pb::AttemptOutcome::Accepted, None),
+        let (endpoint, result) = match (evm, solana) {
+            (Some(chain), _) => {
+                let sent = chain.pool.send_raw(&raw).await;
+                (sent.endpoint, sent.result.map(|_| ()))
+            }
+            (None, Some(rpc)) => {
+                let sent = rpc.send_transaction(&raw).await;
+                (sent.endpoint, sent.result.map(|_| ()))
+            }
+            (None, None) => return,
+        };
+        let solana_send = solana.is_some();
+        let (outcome, error) = match &result {
+            Ok(()) => (pb::AttemptOutcome::Accepted, None),
+            // Solana: a duplicate is as good as accepted; anything else is resolved from
+            // signature statuses and block height, never from the message.
+            Err(e) if solana_send => match e {
+                sigcast_evm::RpcError::Node { message, .. }
+                    if message.contains("already been processed") =>
+                {
+                    (pb::AttemptOutcome::Accepted, None)
+                }
+                _ => (pb::AttemptOutcome::Unknown, None),
+            },
             Err(e) => match classify_send_error(e) {
                 SendClass::AlreadyKnown => (pb::AttemptOutcome::Accepted, None),
                 SendClass::Rejected => (
@@ -230,8 +265,7 @@ impl Worker {
                 SendClass::NonceUsed | SendClass::Unknown => (pb::AttemptOutcome::Unknown, None),
             },
         };
-        tracing::info!(op.id = %op.op_id, attempt, endpoint = %sent.endpoint, outcome = outcome.as_str_name(), "sent");
-        let endpoint = sent.endpoint.clone();
+        tracing::info!(op.id = %op.op_id, attempt, %endpoint, outcome = outcome.as_str_name(), "sent");
         let now = SystemTime::now();
         self.update(&op.op_id, OperationState::Sent, move |op| {
             if let Some(a) = op.attempts.iter_mut().find(|a| a.number == attempt) {
@@ -254,6 +288,9 @@ impl Worker {
 
     /// SENT: confirm from a receipt, reject on proof that no attempt can land, or resend.
     async fn check(&self, op: pb::Operation) {
+        if let Some(rpc) = self.solana.get(&op.chain) {
+            return self.check_solana(rpc, op).await;
+        }
         let Some(chain) = self.chains.get(&op.chain) else {
             return;
         };
@@ -472,6 +509,155 @@ impl Worker {
             .await;
         if let Some(op) = recorded {
             tracing::debug!(op.id = %op.op_id, attempt = number, ?purpose, "sending");
+            self.send(&op, number).await;
+        }
+    }
+
+    /// SENT on Solana: CONFIRMED once any attempt's signature has a status at the configured
+    /// commitment (a failure in execution included: it landed, it is not retried); while the
+    /// blockhash is valid the same bytes again; once one endpoint that is itself past every
+    /// attempt's lastValidBlockHeight finds none of the signatures, a new signature (or, if a
+    /// cancel was asked for, CANCELLED).
+    async fn check_solana(&self, rpc: &SolanaRpc, op: pb::Operation) {
+        let signatures: Vec<String> = op.attempts.iter().map(|a| a.tx_id.clone()).collect();
+        let last_valid = match &op.signing {
+            Some(pb::operation::Signing::Solana(s)) => s.last_valid_block_height,
+            _ => return,
+        };
+        let Ok(statuses) = rpc.statuses(&signatures).await else {
+            return;
+        };
+        let landed = signatures
+            .iter()
+            .zip(&statuses)
+            .find_map(|(sig, s)| s.as_ref().map(|s| (sig.clone(), s.clone())));
+        if let Some((signature, status)) = landed {
+            if !self.commitment_reached(&status.confirmation) {
+                return;
+            }
+            let failed = status.err.clone();
+            let result = pb::TerminalResult {
+                tx_id: signature.clone(),
+                block_number: status.slot,
+                block_hash: String::new(),
+                execution_status: if failed.is_some() {
+                    pb::ExecutionStatus::Failed
+                } else {
+                    pb::ExecutionStatus::Success
+                }
+                .into(),
+            };
+            let settled = self
+                .update(&op.op_id, OperationState::Sent, move |op| {
+                    op.set_state(state_to_proto(OperationState::Confirmed));
+                    op.result = Some(result.clone());
+                    op.error = failed.as_ref().map(|err| pb::OperationError {
+                        reason: "EXECUTION_FAILED".into(),
+                        message: format!("landed in slot {} and failed: {err}; its fee was paid, it is not retried", status.slot),
+                    });
+                })
+                .await;
+            if settled.is_some() {
+                tracing::info!(op.id = %op.op_id, %signature, slot = status.slot, "confirmed");
+            }
+            return;
+        }
+        match rpc.block_height().await {
+            Ok(height) if height > last_valid => {
+                self.prove_expired(rpc, &op, &signatures, last_valid).await
+            }
+            Ok(_) => self.rebroadcast_if_due(&op).await,
+            Err(error) => tracing::debug!(op.id = %op.op_id, %error, "block height read failed"),
+        }
+    }
+
+    fn commitment_reached(&self, confirmation: &str) -> bool {
+        match self.solana_commitment.as_str() {
+            "finalized" => confirmation == "finalized",
+            _ => matches!(confirmation, "confirmed" | "finalized"),
+        }
+    }
+
+    /// The blockhash looks expired. Only one endpoint's own view may prove it: its block height
+    /// past the last valid one and, from it, no status for any signature.
+    async fn prove_expired(
+        &self,
+        rpc: &SolanaRpc,
+        op: &pb::Operation,
+        signatures: &[String],
+        last_valid: u64,
+    ) {
+        for url in rpc.urls() {
+            let Ok((height, statuses)) = rpc.view_from(url, signatures).await else {
+                continue;
+            };
+            if height <= last_valid {
+                continue; // this endpoint lags: its silence proves nothing
+            }
+            if statuses.iter().any(Option::is_some) {
+                return; // landed after all: the next pass confirms it
+            }
+            if op.cancel_requested {
+                let evidence = format!(
+                    "endpoint {url} is at block height {height}, past {last_valid}, and knows none of {signatures:?}: \
+                     the signed transaction can never land"
+                );
+                self.update(&op.op_id, OperationState::Sent, move |op| {
+                    op.set_state(state_to_proto(OperationState::Cancelled));
+                    op.error = Some(pb::OperationError {
+                        reason: "CANCELLED_BEFORE_LANDING".into(),
+                        message: evidence.clone(),
+                    });
+                })
+                .await;
+                return;
+            }
+            let last = op.attempts.last().map_or(0, |a| a.number);
+            tracing::info!(op.id = %op.op_id, %url, height, last_valid, "blockhash expired and no attempt landed: re-signing");
+            if let Some(number) = self
+                .replace(op, SignPurpose::Resign, last)
+                .await
+                .filter(|n| *n != last)
+            {
+                let now = SystemTime::now();
+                let recorded = self
+                    .update(&op.op_id, OperationState::Sent, move |op| {
+                        if let Some(a) = op.attempts.iter_mut().find(|a| a.number == number) {
+                            a.send_time = Some(now.into());
+                            a.outcome = pb::AttemptOutcome::Pending.into();
+                        }
+                    })
+                    .await;
+                if let Some(op) = recorded {
+                    self.send(&op, number).await;
+                }
+            }
+            return;
+        }
+    }
+
+    /// Resends the last attempt's same bytes when it has waited `rebroadcast` since its last send.
+    async fn rebroadcast_if_due(&self, op: &pb::Operation) {
+        let Some(last) = op.attempts.last() else {
+            return;
+        };
+        let last_sent = last
+            .outcome_time
+            .as_ref()
+            .or(last.send_time.as_ref())
+            .and_then(|t| SystemTime::try_from(*t).ok());
+        if last_sent.is_some_and(|t| t.elapsed().unwrap_or_default() < self.rebroadcast) {
+            return;
+        }
+        let number = last.number;
+        let recorded = self
+            .update(&op.op_id, OperationState::Sent, move |op| {
+                if let Some(a) = op.attempts.iter_mut().find(|a| a.number == number) {
+                    a.outcome = pb::AttemptOutcome::Pending.into();
+                }
+            })
+            .await;
+        if let Some(op) = recorded {
             self.send(&op, number).await;
         }
     }

@@ -37,6 +37,8 @@ pub struct Config {
     pub pkcs11: Option<crate::token::Pkcs11Config>,
     /// EVM chains the signer signs for.
     pub evm_chains: Vec<EvmChainConfig>,
+    /// Solana clusters the signer signs for (`[[solana_clusters]]`).
+    pub solana_clusters: Vec<SolanaClusterConfig>,
     /// Timeout of one RPC request, in milliseconds.
     pub rpc_timeout_ms: u64,
     /// Signing policy per key (`[[policies]]`, `account = "*"` for the default); a key with no
@@ -62,6 +64,16 @@ pub struct TlsConfig {
     /// SHA-256 fingerprints (hex) of the client certificates allowed; empty: any the CA issued.
     #[serde(default)]
     pub allowed_client_fingerprints: Vec<String>,
+}
+
+/// One Solana cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SolanaClusterConfig {
+    /// The cluster's name, as intents and the gateway name it (e.g. "localnet").
+    pub cluster: String,
+    /// JSON-RPC endpoints (recent blockhashes).
+    pub rpc_urls: Vec<String>,
 }
 
 /// One EVM chain.
@@ -104,6 +116,7 @@ impl Default for Config {
                 rpc_urls: vec!["http://127.0.0.1:8545".into()],
                 tx_type: TxType::Eip1559,
             }],
+            solana_clusters: Vec::new(),
             rpc_timeout_ms: 10_000,
             policies: Vec::new(),
             log: LogConfig::default(),

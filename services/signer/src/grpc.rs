@@ -60,9 +60,8 @@ impl api::signer_service_server::SignerService for Signer {
             Ok(api::SignPurpose::Cancel) => replacement(Replacement::Cancel).await?,
             Ok(api::SignPurpose::GapFill) => replacement(Replacement::GapFill).await?,
             Ok(api::SignPurpose::Resign) => {
-                return Err(Status::failed_precondition(
-                    "purpose SIGN_PURPOSE_RESIGN: this version never re-signs at a new nonce",
-                ));
+                self.resign_solana(op_id, request.replaces_attempt, &caller)
+                    .await?
             }
             Err(_) => {
                 return Err(Status::invalid_argument(format!(

@@ -1,0 +1,133 @@
+//! Solana JSON-RPC: the shared endpoint pool with the methods sigcast reads and the one it
+//! writes.
+
+use base64::Engine;
+use serde_json::{Value, json};
+use sigcast_jsonrpc::{Result, RpcError, RpcPool, SendAttempt, unexpected};
+use std::time::Duration;
+
+/// A landed transaction's status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignatureStatus {
+    /// Slot it landed in.
+    pub slot: u64,
+    /// Its execution error, if it failed (it landed all the same: fee paid, not retried).
+    pub err: Option<String>,
+    /// "processed", "confirmed" or "finalized".
+    pub confirmation: String,
+}
+
+/// The endpoints of one Solana cluster.
+#[derive(Debug)]
+pub struct SolanaRpc(RpcPool);
+
+impl std::ops::Deref for SolanaRpc {
+    type Target = RpcPool;
+    fn deref(&self) -> &RpcPool {
+        &self.0
+    }
+}
+
+fn parse_statuses(value: &Value) -> Option<Vec<Option<SignatureStatus>>> {
+    value
+        .get("value")?
+        .as_array()?
+        .iter()
+        .map(|s| {
+            if s.is_null() {
+                return Some(None);
+            }
+            Some(Some(SignatureStatus {
+                slot: s.get("slot")?.as_u64()?,
+                err: s
+                    .get("err")
+                    .filter(|e| !e.is_null())
+                    .map(ToString::to_string),
+                confirmation: s
+                    .get("confirmationStatus")
+                    .and_then(Value::as_str)
+                    .unwrap_or("processed")
+                    .to_owned(),
+            }))
+        })
+        .collect()
+}
+
+impl SolanaRpc {
+    /// A pool over `urls`; each request times out after `timeout`.
+    pub fn new(urls: &[String], timeout: Duration) -> Result<Self> {
+        Ok(Self(RpcPool::new(urls, timeout)?))
+    }
+
+    /// The latest blockhash at `confirmed` commitment and its last valid block height.
+    pub async fn latest_blockhash(&self) -> Result<([u8; 32], u64)> {
+        let value = self
+            .read("getLatestBlockhash", json!([{ "commitment": "confirmed" }]))
+            .await?;
+        let hash = value["value"]["blockhash"]
+            .as_str()
+            .and_then(|h| bs58::decode(h).into_vec().ok())
+            .and_then(|b| <[u8; 32]>::try_from(b).ok());
+        let last_valid = value["value"]["lastValidBlockHeight"].as_u64();
+        hash.zip(last_valid)
+            .ok_or_else(|| unexpected("getLatestBlockhash", &value))
+    }
+
+    /// The block height (hedged).
+    pub async fn block_height(&self) -> Result<u64> {
+        let value = self.read("getBlockHeight", json!([])).await?;
+        value
+            .as_u64()
+            .ok_or_else(|| unexpected("getBlockHeight", &value))
+    }
+
+    /// Statuses of `signatures` (base58), searching the whole history; `None` where unknown.
+    pub async fn statuses(&self, signatures: &[String]) -> Result<Vec<Option<SignatureStatus>>> {
+        let params = json!([signatures, { "searchTransactionHistory": true }]);
+        let value = self.read("getSignatureStatuses", params).await?;
+        parse_statuses(&value).ok_or_else(|| unexpected("getSignatureStatuses", &value))
+    }
+
+    /// Block height and statuses as one endpoint sees them: the evidence that may prove no
+    /// attempt can land.
+    pub async fn view_from(
+        &self,
+        url: &str,
+        signatures: &[String],
+    ) -> std::result::Result<(u64, Vec<Option<SignatureStatus>>), RpcError> {
+        let height = self.read_from(url, "getBlockHeight", json!([])).await?;
+        let statuses = self
+            .read_from(
+                url,
+                "getSignatureStatuses",
+                json!([signatures, { "searchTransactionHistory": true }]),
+            )
+            .await?;
+        let malformed = |what: &str| RpcError::Malformed {
+            endpoint: url.to_owned(),
+            message: format!("unexpected {what}"),
+        };
+        Ok((
+            height.as_u64().ok_or_else(|| malformed("block height"))?,
+            parse_statuses(&statuses).ok_or_else(|| malformed("statuses"))?,
+        ))
+    }
+
+    /// Sends a signed transaction to one endpoint, once, without the node's own retries.
+    pub async fn send_transaction(&self, wire: &[u8]) -> SendAttempt<String> {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(wire);
+        let params =
+            json!([encoded, { "encoding": "base64", "skipPreflight": true, "maxRetries": 0 }]);
+        let sent = self.0.send("sendTransaction", params).await;
+        let endpoint = sent.endpoint;
+        let result = sent.result.and_then(|v| {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| RpcError::Malformed {
+                    endpoint: endpoint.clone(),
+                    message: format!("not a signature: {v}"),
+                })
+        });
+        SendAttempt { endpoint, result }
+    }
+}

@@ -62,6 +62,8 @@ impl Chain {
 pub(crate) struct SolanaNode {
     /// Its JSON-RPC URL.
     pub(crate) url: String,
+    /// Its address.
+    pub(crate) addr: std::net::SocketAddr,
     chain: Arc<Mutex<Chain>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -105,6 +107,7 @@ impl SolanaNode {
         };
         Self {
             url: format!("http://{addr}"),
+            addr,
             chain,
             tasks: vec![ticker, server],
         }

@@ -114,3 +114,138 @@ async fn two_hundred_sol_transfers_over_four_keys_confirm_exactly_to_the_lamport
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_outage_past_the_blockhash_lifetime_re_signs_exactly_once_after_expiry_is_proven() {
+    // 20 ms slots: a blockhash lives 3 s.
+    let node = SolanaNode::start(Duration::from_millis(20)).await;
+    let proxy = sigcast_e2e::FaultProxy::start(node.addr, 0.0, 0, Duration::ZERO).await;
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        solana_rpc: Some(node.url.clone()),
+        solana_broadcaster_rpc: Some(proxy.url.clone()),
+        solana_accounts: 1,
+        ..Default::default()
+    })
+    .await;
+    let from = stack.solana_accounts[0].clone();
+    node.airdrop(key_bytes(&from), 10 * SOL);
+    node.airdrop(key_bytes(&recipient(0)), SOL);
+
+    proxy.set_down(true); // the broadcaster's node vanishes; the signer still reads blockhashes
+    let mut client = stack.client().await;
+    client
+        .submit_operation(sol_transfer("through-outage", &from, &recipient(0), 4_321))
+        .await
+        .unwrap();
+    let signed = wait_state(&stack, "through-outage", |op| !op.attempts.is_empty()).await;
+    let Some(pb::operation::Signing::Solana(first)) = signed.signing.clone() else {
+        panic!("{signed:?}")
+    };
+    // Stay down until the first blockhash is long dead.
+    while node.slot() <= first.last_valid_block_height + 20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        get(&stack, "through-outage").await.attempts.len(),
+        1,
+        "nothing re-signed during the outage"
+    );
+    proxy.set_down(false);
+
+    let done = wait_terminal(&stack, &["through-outage".into()], Duration::from_secs(60)).await;
+    let op = &done["through-outage"];
+    assert_eq!(
+        op.state(),
+        pb::OperationState::Confirmed,
+        "{op:?}\n{}",
+        stack.logs()
+    );
+    assert_eq!(
+        op.attempts.len(),
+        2,
+        "re-signed exactly once: {:?}",
+        op.attempts
+    );
+    assert_eq!(op.attempts[1].reason, "resign");
+    assert_eq!(op.result.as_ref().unwrap().tx_id, op.attempts[1].tx_id);
+    let pool = RpcPool::new(std::slice::from_ref(&node.url), Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        balance(&pool, &recipient(0)).await,
+        SOL + 4_321,
+        "paid once"
+    );
+    assert_eq!(
+        balance(&pool, &from).await,
+        10 * SOL - 4_321 - FEE,
+        "one fee: one transaction landed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_transaction_that_fails_on_chain_is_confirmed_with_the_failure_and_not_retried() {
+    let node = SolanaNode::start(Duration::from_millis(50)).await;
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        solana_rpc: Some(node.url.clone()),
+        solana_accounts: 1,
+        ..Default::default()
+    })
+    .await;
+    let from = stack.solana_accounts[0].clone();
+    node.airdrop(key_bytes(&from), SOL);
+    let mut client = stack.client().await;
+    // More than the balance: it lands and fails in execution.
+    client
+        .submit_operation(sol_transfer("overdraft", &from, &recipient(1), 5 * SOL))
+        .await
+        .unwrap();
+    let done = wait_terminal(&stack, &["overdraft".into()], Duration::from_secs(60)).await;
+    let op = &done["overdraft"];
+    assert_eq!(op.state(), pb::OperationState::Confirmed, "{op:?}");
+    assert_eq!(
+        op.result.as_ref().unwrap().execution_status(),
+        pb::ExecutionStatus::Failed
+    );
+    assert_eq!(op.error.as_ref().unwrap().reason, "EXECUTION_FAILED");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let again = get(&stack, "overdraft").await;
+    assert_eq!(again.attempts.len(), 1, "never retried");
+    assert_eq!(
+        again.revision, op.revision,
+        "terminal: nothing changes after"
+    );
+}
+
+async fn get(stack: &Stack, op_id: &str) -> pb::Operation {
+    let mut client = stack.client().await;
+    client
+        .get_operation(pb::GetOperationRequest {
+            op_id: op_id.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .operation
+        .unwrap()
+}
+
+async fn wait_state(
+    stack: &Stack,
+    op_id: &str,
+    ready: impl Fn(&pb::Operation) -> bool,
+) -> pb::Operation {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let op = get(stack, op_id).await;
+        if ready(&op) {
+            return op;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{op_id}: {op:?}\n{}",
+            stack.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

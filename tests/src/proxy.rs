@@ -52,6 +52,7 @@ pub struct FaultProxy {
     /// The URL to give the client instead of the node's.
     pub url: String,
     stats: Arc<Mutex<ProxyStats>>,
+    down: Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -79,15 +80,31 @@ impl FaultProxy {
         let stats = Arc::new(Mutex::new(ProxyStats::default()));
         let rng = Arc::new(Mutex::new(StdRng::seed_from_u64(seed)));
         let shared = stats.clone();
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let is_down = down.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                if is_down.load(std::sync::atomic::Ordering::SeqCst) {
+                    drop(client); // an outage: nothing reaches the node, nothing comes back
+                    continue;
+                }
                 let (stats, rng) = (shared.clone(), rng.clone());
                 tokio::spawn(async move {
                     let _ = serve(client, upstream, fault_rate, delay, lag, stats, rng).await;
                 });
             }
         });
-        Self { url, stats, task }
+        Self {
+            url,
+            stats,
+            down,
+            task,
+        }
+    }
+
+    /// Takes the node off the network (`true`) or back on.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// What happened so far.
@@ -162,7 +179,8 @@ async fn serve(
     let Some((_head, body)) = read_request(&mut client).await? else {
         return Ok(());
     };
-    let is_send = String::from_utf8_lossy(&body).contains("eth_sendRawTransaction");
+    let text = String::from_utf8_lossy(&body);
+    let is_send = text.contains("eth_sendRawTransaction") || text.contains("\"sendTransaction\"");
     let fault = if is_send {
         let mut rng = rng.lock().unwrap();
         let fault = (rng.gen_bool(fault_rate)).then(|| FAULTS[rng.gen_range(0..FAULTS.len())]);

@@ -105,6 +105,8 @@ pub struct StackOptions {
     pub solana_rpc: Option<String>,
     /// Ed25519 keys the signer holds for Solana (generated into its keystore).
     pub solana_accounts: usize,
+    /// Where the broadcaster reaches the Solana node, when not `solana_rpc` (a proxy).
+    pub solana_broadcaster_rpc: Option<String>,
 }
 
 impl Default for StackOptions {
@@ -124,6 +126,7 @@ impl Default for StackOptions {
             broadcaster_tables: String::new(),
             solana_rpc: None,
             solana_accounts: 0,
+            solana_broadcaster_rpc: None,
         }
     }
 }
@@ -242,13 +245,19 @@ impl Stack {
                     .to_owned(),
             );
         }
-        let solana_table = options
-            .solana_rpc
-            .as_ref()
-            .map(|url| {
+        let cluster_table = |url: Option<&String>| {
+            url.map(|url| {
                 format!("[[solana_clusters]]\ncluster = \"localnet\"\nrpc_urls = [\"{url}\"]\n")
             })
-            .unwrap_or_default();
+            .unwrap_or_default()
+        };
+        let solana_table = cluster_table(options.solana_rpc.as_ref());
+        let broadcaster_solana_table = cluster_table(
+            options
+                .solana_broadcaster_rpc
+                .as_ref()
+                .or(options.solana_rpc.as_ref()),
+        );
         assert!(
             import.status.success(),
             "{}",
@@ -282,7 +291,7 @@ impl Stack {
             let broadcaster_addr = free_addr();
             let broadcaster_toml = format!(
                 "listen = \"{broadcaster_addr}\"\nsigner_url = \"{}\"\npoll_ms = 100\n\
-                 rpc_timeout_ms = 2000\nrebroadcast_ms = 3000\nfee_bump_after_ms = {}\nconfirmations = {}\n{store}{send_chain}{solana_table}{}",
+                 rpc_timeout_ms = 2000\nrebroadcast_ms = 3000\nfee_bump_after_ms = {}\nconfirmations = {}\n{store}{send_chain}{broadcaster_solana_table}{}",
                 options
                     .broadcaster_signer_url
                     .clone()

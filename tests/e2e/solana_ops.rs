@@ -43,24 +43,22 @@ fn key_bytes(account: &str) -> [u8; 32] {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_hundred_sol_transfers_over_four_keys_confirm_exactly_to_the_lamport() {
-    let node = SolanaNode::start(Duration::from_millis(50)).await;
-    let stack = Stack::start(StackOptions {
-        accounts: 1,
-        solana_rpc: Some(node.url.clone()),
-        solana_accounts: 4,
-        ..Default::default()
-    })
-    .await;
+/// Funds the stack's Solana keys (10 SOL) and their recipients (1 SOL, so transfers to them
+/// never create an account below the rent-exempt minimum), then submits `count` transfers
+/// spread over the keys.
+async fn fund_and_submit(
+    node: &SolanaNode,
+    stack: &Stack,
+    prefix: &str,
+    count: usize,
+) -> Vec<(String, usize, u64)> {
     for (i, account) in stack.solana_accounts.iter().enumerate() {
         node.airdrop(key_bytes(account), 10 * SOL);
-        // Recipients exist (rent-exempt) first: a transfer creating an account below the
-        // rent-exempt minimum fails, as on any cluster.
         node.airdrop(key_bytes(&recipient(i)), SOL);
     }
-    let planned: Vec<(String, usize, u64)> = (0..200)
-        .map(|i| (format!("sol-{i:03}"), i % 4, 1_000 + i as u64))
+    let keys = stack.solana_accounts.len();
+    let planned: Vec<(String, usize, u64)> = (0..count)
+        .map(|i| (format!("{prefix}-{i:04}"), i % keys, 1_000 + i as u64))
         .collect();
     let client = stack.client().await;
     let results = futures::stream::iter(planned.clone())
@@ -79,8 +77,20 @@ async fn two_hundred_sol_transfers_over_four_keys_confirm_exactly_to_the_lamport
     if let Some(Err(status)) = results.iter().find(|r| r.is_err()) {
         panic!("a submit failed: {status:?}");
     }
+    planned
+}
+
+/// Every operation CONFIRMED with success; every recipient received exactly its transfers;
+/// every key paid exactly its transfers plus one fee per operation: nothing lost, nothing
+/// landed twice.
+async fn assert_exactly_once_on_solana(
+    node: &SolanaNode,
+    stack: &Stack,
+    planned: &[(String, usize, u64)],
+    timeout: Duration,
+) {
     let ids: Vec<String> = planned.iter().map(|(id, ..)| id.clone()).collect();
-    let done = wait_terminal(&stack, &ids, Duration::from_secs(180)).await;
+    let done = wait_terminal(stack, &ids, timeout).await;
     for op in done.values() {
         assert_eq!(
             op.state(),
@@ -92,16 +102,15 @@ async fn two_hundred_sol_transfers_over_four_keys_confirm_exactly_to_the_lamport
         );
         assert_eq!(
             op.result.as_ref().unwrap().execution_status(),
-            pb::ExecutionStatus::Success
+            pb::ExecutionStatus::Success,
+            "{:?}",
+            op.error
         );
     }
     let pool = RpcPool::new(std::slice::from_ref(&node.url), Duration::from_secs(5)).unwrap();
     for (sender, account) in stack.solana_accounts.iter().enumerate() {
-        let sent: u64 = planned
-            .iter()
-            .filter(|(_, s, _)| *s == sender)
-            .map(|(_, _, l)| l)
-            .sum();
+        let mine: Vec<_> = planned.iter().filter(|(_, s, _)| *s == sender).collect();
+        let sent: u64 = mine.iter().map(|(_, _, l)| l).sum();
         assert_eq!(
             balance(&pool, &recipient(sender)).await,
             SOL + sent,
@@ -109,10 +118,83 @@ async fn two_hundred_sol_transfers_over_four_keys_confirm_exactly_to_the_lamport
         );
         assert_eq!(
             balance(&pool, account).await,
-            10 * SOL - sent - 50 * FEE,
-            "{account}: to the lamport, fees included"
+            10 * SOL - sent - mine.len() as u64 * FEE,
+            "{account}: to the lamport, one fee per operation"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_sol_transfers_over_four_keys_confirm_exactly_to_the_lamport() {
+    let node = SolanaNode::start(Duration::from_millis(50)).await;
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        solana_rpc: Some(node.url.clone()),
+        solana_accounts: 4,
+        ..Default::default()
+    })
+    .await;
+    let planned = fund_and_submit(&node, &stack, "sol", 200).await;
+    assert_exactly_once_on_solana(&node, &stack, &planned, Duration::from_secs(180)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_hundred_sol_transfers_through_a_faulty_proxy_land_exactly_once() {
+    let seed = std::env::var("SIGCAST_FAULT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_u64);
+    println!("fault seed {seed}");
+    let node = SolanaNode::start(Duration::from_millis(50)).await;
+    let proxy =
+        sigcast_e2e::FaultProxy::start(node.addr, 0.35, seed, Duration::from_millis(2_500)).await;
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        solana_rpc: Some(node.url.clone()),
+        solana_broadcaster_rpc: Some(proxy.url.clone()),
+        solana_accounts: 4,
+        ..Default::default()
+    })
+    .await;
+    let planned = fund_and_submit(&node, &stack, "faulty-sol", 500).await;
+    assert_exactly_once_on_solana(&node, &stack, &planned, Duration::from_secs(600)).await;
+    let stats = proxy.stats();
+    println!(
+        "proxy: {} sends, {} faulted",
+        stats.sends,
+        stats.faults.len()
+    );
+    assert!(
+        stats.faults.len() * 100 >= stats.sends * 25,
+        "faults on a sizeable share of sends: {stats:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_nine_of_signer_and_broadcaster_during_three_hundred_sol_transfers() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x0c0ffee);
+    let node = SolanaNode::start(Duration::from_millis(50)).await;
+    let mut stack = Stack::start(StackOptions {
+        accounts: 1,
+        solana_rpc: Some(node.url.clone()),
+        solana_accounts: 4,
+        ..Default::default()
+    })
+    .await;
+    let planned = fund_and_submit(&node, &stack, "killed-sol", 300).await;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(100..800))).await;
+        let service = if rng.gen_bool(0.5) {
+            &mut stack.signers[0]
+        } else {
+            &mut stack.broadcasters[0]
+        };
+        service.kill9();
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..300))).await;
+        service.restart().await;
+    }
+    assert_exactly_once_on_solana(&node, &stack, &planned, Duration::from_secs(600)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -207,6 +207,7 @@ async fn an_outage_past_the_blockhash_lifetime_re_signs_exactly_once_after_expir
         solana_rpc: Some(node.url.clone()),
         solana_broadcaster_rpc: Some(proxy.url.clone()),
         solana_accounts: 1,
+        solana_compute_unit_price: 1_000,
         ..Default::default()
     })
     .await;
@@ -257,10 +258,27 @@ async fn an_outage_past_the_blockhash_lifetime_re_signs_exactly_once_after_expir
         SOL + 4_321,
         "paid once"
     );
-    assert_eq!(
-        balance(&pool, &from).await,
-        10 * SOL - 4_321 - FEE,
-        "one fee: one transaction landed"
+    // The re-sign raised the priority fee (attempt n pays n × 1,000 micro-lamports per CU).
+    let store = sigcast_store::Store::open(&sigcast_store::StoreConfig::sqlite(
+        stack.dir.path().join("sigcast.db"),
+    ))
+    .unwrap();
+    let root = store.root().clone();
+    let prices: Vec<u64> = [1, 2]
+        .into_iter()
+        .map(|attempt| {
+            let wire = store
+                .read(|tx| sigcast_store::accounts::payload(tx, &root, "through-outage", attempt))
+                .unwrap()
+                .unwrap();
+            sigcast_solana::compute_unit_price(&sigcast_solana::from_wire(&wire).unwrap().message)
+        })
+        .collect();
+    assert_eq!(prices, [1_000, 2_000]);
+    let paid = 10 * SOL - 4_321 - balance(&pool, &from).await;
+    assert!(
+        (FEE..2 * FEE).contains(&paid),
+        "one transaction's fee, priority included: {paid}"
     );
 }
 

@@ -107,6 +107,8 @@ pub struct StackOptions {
     pub solana_accounts: usize,
     /// Where the broadcaster reaches the Solana node, when not `solana_rpc` (a proxy).
     pub solana_broadcaster_rpc: Option<String>,
+    /// The signer's Solana priority fee, micro-lamports per compute unit.
+    pub solana_compute_unit_price: u64,
 }
 
 impl Default for StackOptions {
@@ -127,6 +129,7 @@ impl Default for StackOptions {
             solana_rpc: None,
             solana_accounts: 0,
             solana_broadcaster_rpc: None,
+            solana_compute_unit_price: 0,
         }
     }
 }
@@ -251,7 +254,16 @@ impl Stack {
             })
             .unwrap_or_default()
         };
-        let solana_table = cluster_table(options.solana_rpc.as_ref());
+        let solana_table = options
+            .solana_rpc
+            .as_ref()
+            .map(|url| {
+                format!(
+                    "[[solana_clusters]]\ncluster = \"localnet\"\nrpc_urls = [\"{url}\"]\ncompute_unit_price_micro_lamports = {}\n",
+                    options.solana_compute_unit_price
+                )
+            })
+            .unwrap_or_default();
         let broadcaster_solana_table = cluster_table(
             options
                 .solana_broadcaster_rpc

@@ -15,17 +15,48 @@ use solana_signature::Signature;
 use solana_transaction::Transaction;
 
 /// A SOL transfer's message, fee paid by the sender, bound to `blockhash` (a recent blockhash
-/// or a durable nonce value).
-pub fn transfer_message(transfer: &SolanaTransfer, blockhash: [u8; 32]) -> Message {
+/// or a durable nonce value), with a priority fee of `compute_unit_price` micro-lamports per
+/// compute unit when it is not 0.
+pub fn transfer_message(
+    transfer: &SolanaTransfer,
+    blockhash: [u8; 32],
+    compute_unit_price: u64,
+) -> Message {
     let from = Pubkey::new_from_array(*transfer.from.as_bytes());
     let to = Pubkey::new_from_array(*transfer.to.as_bytes());
-    let instruction =
-        solana_system_interface::instruction::transfer(&from, &to, transfer.lamports.0);
-    Message::new_with_blockhash(
-        &[instruction],
-        Some(&from),
-        &Hash::new_from_array(blockhash),
-    )
+    let mut instructions = priority_fee(compute_unit_price);
+    instructions.push(solana_system_interface::instruction::transfer(
+        &from,
+        &to,
+        transfer.lamports.0,
+    ));
+    Message::new_with_blockhash(&instructions, Some(&from), &Hash::new_from_array(blockhash))
+}
+
+/// The ComputeBudget instruction setting a priority fee, or none for 0.
+fn priority_fee(compute_unit_price: u64) -> Vec<solana_message::Instruction> {
+    if compute_unit_price == 0 {
+        return Vec::new();
+    }
+    vec![
+        solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_price(
+            compute_unit_price,
+        ),
+    ]
+}
+
+/// The priority fee a message sets, in micro-lamports per compute unit (0 when none).
+pub fn compute_unit_price(message: &Message) -> u64 {
+    let program = solana_compute_budget_interface::id();
+    message
+        .instructions
+        .iter()
+        .filter(|ix| message.account_keys.get(usize::from(ix.program_id_index)) == Some(&program))
+        .find_map(|ix| match ix.data.as_slice() {
+            [3, rest @ ..] => rest.try_into().ok().map(u64::from_le_bytes),
+            _ => None,
+        })
+        .unwrap_or(0)
 }
 
 /// The bytes every signer of the message signs.
@@ -47,13 +78,15 @@ pub fn verify(transaction: &Transaction) -> bool {
         && transaction.verify().is_ok()
 }
 
-/// A message for a list of instructions, fee paid by `fee_payer`.
+/// A message for a list of instructions, fee paid by `fee_payer`, with an optional priority fee.
 pub fn instructions_message(
     list: &sigcast_domain::SolanaInstructions,
     blockhash: [u8; 32],
+    compute_unit_price: u64,
 ) -> Message {
     use solana_message::{AccountMeta, Instruction};
-    let instructions: Vec<Instruction> = list
+    let mut instructions = priority_fee(compute_unit_price);
+    let listed: Vec<Instruction> = list
         .instructions
         .iter()
         .map(|ix| Instruction {
@@ -70,6 +103,7 @@ pub fn instructions_message(
             data: ix.data.clone(),
         })
         .collect();
+    instructions.extend(listed);
     let payer = Pubkey::new_from_array(*list.fee_payer.as_bytes());
     Message::new_with_blockhash(
         &instructions,
@@ -111,7 +145,12 @@ mod tests {
             to: SolanaPubkey::from([9; 32]),
             lamports: Lamports(5_000),
         };
-        let message = transfer_message(&transfer, [1; 32]);
+        let message = transfer_message(&transfer, [1; 32], 0);
+        assert_eq!(compute_unit_price(&message), 0);
+        assert_eq!(
+            compute_unit_price(&transfer_message(&transfer, [1; 32], 2_500)),
+            2_500
+        );
         assert_eq!(message.header.num_required_signatures, 1);
         assert!(!message_bytes(&message).is_empty());
         assert!(!verify(&assemble(message.clone(), &[])));

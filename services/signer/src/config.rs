@@ -74,6 +74,10 @@ pub struct SolanaClusterConfig {
     pub cluster: String,
     /// JSON-RPC endpoints (recent blockhashes).
     pub rpc_urls: Vec<String>,
+    /// Priority fee in micro-lamports per compute unit (0: none). Each re-sign raises it: the
+    /// n-th attempt pays n times this.
+    #[serde(default)]
+    pub compute_unit_price_micro_lamports: u64,
 }
 
 /// One EVM chain.

@@ -99,7 +99,8 @@ pub struct Signer {
     store: Store,
     keys: Keyring,
     chains: Arc<HashMap<u64, EvmChain>>,
-    solana: Arc<HashMap<String, SolanaRpc>>,
+    /// Per cluster: its endpoints and its base priority fee (micro-lamports per CU).
+    solana: Arc<HashMap<String, (SolanaRpc, u64)>>,
     rules: IntentRules,
     policies: Arc<Vec<KeyPolicy>>,
     allowed_certificates: Arc<Vec<String>>,
@@ -132,7 +133,10 @@ impl Signer {
         for cluster in &config.solana_clusters {
             solana.insert(
                 cluster.cluster.clone(),
-                SolanaRpc::new(&cluster.rpc_urls, timeout)?,
+                (
+                    SolanaRpc::new(&cluster.rpc_urls, timeout)?,
+                    cluster.compute_unit_price_micro_lamports,
+                ),
             );
         }
         Ok(Self {
@@ -600,7 +604,7 @@ impl Signer {
             return Err(not_signable("only a sent Solana operation is re-signed"));
         };
         let cluster = op.chain.trim_start_matches("solana:");
-        let rpc = self
+        let (rpc, _) = self
             .solana
             .get(cluster)
             .ok_or_else(|| Error::UnknownChain {
@@ -661,13 +665,15 @@ impl Signer {
                 rule: v.0,
             })?;
         }
-        let rpc = self
+        let (rpc, base_price) = self
             .solana
             .get(&cluster)
             .ok_or_else(|| Error::UnknownChain {
                 op_id: op_id.clone(),
                 chain: format!("solana:{cluster}"),
             })?;
+        // A re-sign raises the priority fee: attempt n pays n times the base price.
+        let price = base_price.saturating_mul(u64::from(number));
         let (blockhash, last_valid) =
             rpc.latest_blockhash()
                 .await
@@ -676,9 +682,9 @@ impl Signer {
                     source,
                 })?;
         let message = match &intent {
-            Intent::SolanaTransfer(t) => sigcast_solana::transfer_message(t, blockhash),
+            Intent::SolanaTransfer(t) => sigcast_solana::transfer_message(t, blockhash, price),
             Intent::SolanaInstructions(list) => {
-                sigcast_solana::instructions_message(list, blockhash)
+                sigcast_solana::instructions_message(list, blockhash, price)
             }
             other => {
                 return Err(Error::UnknownChain {

@@ -186,20 +186,24 @@ impl Signer {
         &self.keys
     }
 
+    /// The operation's stored intent, parsed against the chains this signer serves.
+    fn stored_intent(&self, op: &pb::Operation) -> Result<Intent> {
+        intent_from_proto("intent", op.intent.as_ref(), &self.rules).map_err(|violations| {
+            Error::BadIntent {
+                op_id: op.op_id.clone(),
+                reason: violations
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            }
+        })
+    }
+
     /// Parses the stored intent and finds the key and chain it needs.
     fn resolve(&self, op: &pb::Operation) -> Result<Resolved<'_>> {
         let op_id = op.op_id.as_str();
-        let intent =
-            intent_from_proto("intent", op.intent.as_ref(), &self.rules).map_err(|violations| {
-                Error::BadIntent {
-                    op_id: op_id.to_owned(),
-                    reason: violations
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                }
-            })?;
+        let intent = self.stored_intent(op)?;
         let (chain_id, from) = match &intent {
             Intent::EvmTransfer(t) => (t.chain_id, t.from),
             Intent::EvmContractCall(c) => (c.chain_id, c.from),
@@ -638,17 +642,7 @@ impl Signer {
     /// a SENT one whose last attempt is `number - 1`.
     async fn solana_attempt(&self, op: pb::Operation, number: u32, caller: &str) -> Result<Signed> {
         let op_id = op.op_id.clone();
-        let intent =
-            intent_from_proto("intent", op.intent.as_ref(), &self.rules).map_err(|violations| {
-                Error::BadIntent {
-                    op_id: op_id.clone(),
-                    reason: violations
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                }
-            })?;
+        let intent = self.stored_intent(&op)?;
         let cluster = match &intent {
             Intent::SolanaTransfer(t) => t.cluster.clone(),
             Intent::SolanaInstructions(list) => list.cluster.clone(),

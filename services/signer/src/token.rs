@@ -105,14 +105,19 @@ impl Token {
         })
     }
 
-    /// Generates a secp256k1 key pair inside the token: private key sensitive and
-    /// non-extractable. Returns its account.
-    pub fn generate(&self, label: &str) -> Result<Address, TokenError> {
-        let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+    /// Generates a key pair inside the token on the curve `params` names: the private key
+    /// sensitive and non-extractable. Returns the public key object.
+    fn generate_pair(
+        &self,
+        session: &Session,
+        label: &str,
+        params: &[u8],
+        mechanism: Mechanism<'_>,
+    ) -> Result<ObjectHandle, TokenError> {
         let public = [
             Attribute::Token(true),
             Attribute::Label(label.as_bytes().to_vec()),
-            Attribute::EcParams(SECP256K1_PARAMS.to_vec()),
+            Attribute::EcParams(params.to_vec()),
             Attribute::Verify(true),
         ];
         let private = [
@@ -124,8 +129,17 @@ impl Token {
             Attribute::Sign(true),
         ];
         let (public, _) = session
-            .generate_key_pair(&Mechanism::EccKeyPairGen, &public, &private)
+            .generate_key_pair(&mechanism, &public, &private)
             .map_err(fail(format!("generating key {label:?}")))?;
+        Ok(public)
+    }
+
+    /// Generates a secp256k1 key pair inside the token (sensitive, non-extractable). Returns
+    /// its account.
+    pub fn generate(&self, label: &str) -> Result<Address, TokenError> {
+        let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let public =
+            self.generate_pair(&session, label, &SECP256K1_PARAMS, Mechanism::EccKeyPairGen)?;
         address_of(&session, public)
     }
 
@@ -133,23 +147,12 @@ impl Token {
     /// its public key.
     pub fn generate_ed25519(&self, label: &str) -> Result<[u8; 32], TokenError> {
         let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
-        let public = [
-            Attribute::Token(true),
-            Attribute::Label(label.as_bytes().to_vec()),
-            Attribute::EcParams(ED25519_PARAMS.to_vec()),
-            Attribute::Verify(true),
-        ];
-        let private = [
-            Attribute::Token(true),
-            Attribute::Private(true),
-            Attribute::Sensitive(true),
-            Attribute::Extractable(false),
-            Attribute::Label(label.as_bytes().to_vec()),
-            Attribute::Sign(true),
-        ];
-        let (public, _) = session
-            .generate_key_pair(&Mechanism::EccEdwardsKeyPairGen, &public, &private)
-            .map_err(fail(format!("generating Ed25519 key {label:?}")))?;
+        let public = self.generate_pair(
+            &session,
+            label,
+            &ED25519_PARAMS,
+            Mechanism::EccEdwardsKeyPairGen,
+        )?;
         ed25519_public_key(&session, public)
     }
 

@@ -2,7 +2,9 @@
 //! descriptor set that gRPC server reflection serves.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    // Read at run time, not compile time: a build script binary may be reused from a shared
+    // target dir by a clone at another path.
+    let root = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
     let files = [
         root.join("sigcast/v1/operation.proto"),
         root.join("sigcast/signer/v1/signer.proto"),

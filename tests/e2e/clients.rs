@@ -4,8 +4,10 @@ use sigcast_e2e::{Stack, StackOptions};
 use std::path::PathBuf;
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+/// The clone's root, read at run time: a test binary may be reused from a shared target dir
+/// by a clone at another path.
+pub(crate) fn repo() -> PathBuf {
+    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo"))
         .parent()
         .unwrap()
         .to_path_buf()

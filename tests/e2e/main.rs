@@ -13,4 +13,5 @@ mod replacements;
 mod runbook;
 mod solana;
 mod solana_node;
+mod solana_nonce;
 mod solana_ops;

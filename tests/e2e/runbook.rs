@@ -6,8 +6,7 @@ use std::process::Command;
 /// The commands of the README's "Calling it with grpcurl" block, one string each (a command
 /// continues over lines while a quote is open or a line ends with a backslash).
 fn runbook_commands() -> Vec<String> {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let readme = std::fs::read_to_string(crate::clients::repo().join("README.md")).unwrap();
     let section = readme
         .split("## Calling it with grpcurl")
         .nth(1)

@@ -23,7 +23,8 @@ fn signed_transfer(key: &SigningKey, to: [u8; 32], lamports: u64, blockhash: &st
         .unwrap()
         .try_into()
         .unwrap();
-    let message = sigcast_solana::transfer_message(&transfer, hash, 0);
+    let message =
+        sigcast_solana::transfer_message(&transfer, &sigcast_solana::Lifetime::Blockhash(hash), 0);
     let signature = key
         .sign(&sigcast_solana::message_bytes(&message))
         .to_bytes();

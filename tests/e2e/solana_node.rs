@@ -5,6 +5,8 @@
 //! instead: a blockhash is valid until its `lastValidBlockHeight` (150 slots after it), the
 //! block height being the slot here. Like a validator with `skipPreflight`, a transaction
 //! whose blockhash is unknown or expired gets its signature back and never lands.
+//! A durable-nonce transaction lands only while its nonce account holds the value it carries,
+//! once per account per slot, as on a validator.
 //! A transaction that fails in execution lands with its error (litesvm does not charge its
 //! fee, unlike a validator).
 
@@ -15,7 +17,7 @@ use solana_hash::Hash;
 use solana_pubkey::Pubkey;
 use solana_signature::Signature;
 use solana_transaction::versioned::VersionedTransaction;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -33,11 +35,14 @@ struct Chain {
     blockhashes: VecDeque<(Hash, u64)>,
     /// Landed transactions: slot and error.
     statuses: HashMap<Signature, (u64, Option<String>)>,
+    /// Nonce accounts advanced in the current slot: a second advance waits for the next one.
+    nonces_advanced: HashSet<Pubkey>,
 }
 
 impl Chain {
     fn tick(&mut self) {
         self.slot += 1;
+        self.nonces_advanced.clear();
         self.svm.warp_to_slot(self.slot);
         self.svm.expire_blockhash();
         self.blockhashes
@@ -79,6 +84,7 @@ impl SolanaNode {
             slot: 0,
             blockhashes: VecDeque::new(),
             statuses: HashMap::new(),
+            nonces_advanced: HashSet::new(),
         };
         chain.tick();
         let chain = Arc::new(Mutex::new(chain));
@@ -242,6 +248,15 @@ fn handle(chain: &mut Chain, method: &str, params: &Value) -> RpcResult {
             });
             Ok(chain.context(value.unwrap_or(Value::Null)))
         }
+        "getMinimumBalanceForRentExemption" => {
+            let size = params
+                .get(0)
+                .and_then(Value::as_u64)
+                .ok_or_else(|| invalid("missing data length"))?;
+            Ok(json!(
+                chain.svm.minimum_balance_for_rent_exemption(size as usize)
+            ))
+        }
         "getFeeForMessage" => {
             let text = params
                 .get(0)
@@ -312,9 +327,25 @@ fn send_transaction(chain: &mut Chain, params: &Value) -> RpcResult {
             "Transaction simulation failed: This transaction has already been processed".into(),
         ));
     }
-    if !chain.blockhash_valid(tx.message.recent_blockhash()) && !uses_durable_nonce(&tx) {
+    let lands = match durable_nonce_account(&tx) {
+        // A validator's check of a durable-nonce transaction: the account holds the value the
+        // transaction carries, and was not already advanced in this slot.
+        Some(account) => {
+            chain
+                .svm
+                .get_account(&account)
+                .and_then(|a| a.data.get(40..72).map(<[u8]>::to_vec))
+                .is_some_and(|value| value == tx.message.recent_blockhash().to_bytes())
+                && !chain.nonces_advanced.contains(&account)
+        }
+        None => chain.blockhash_valid(tx.message.recent_blockhash()),
+    };
+    if !lands {
         // As a validator with skipPreflight: accepted, never lands.
         return Ok(json!(signature.to_string()));
+    }
+    if let Some(account) = durable_nonce_account(&tx) {
+        chain.nonces_advanced.insert(account);
     }
     match chain.svm.send_transaction(tx) {
         Ok(_) => {
@@ -336,17 +367,15 @@ fn send_transaction(chain: &mut Chain, params: &Value) -> RpcResult {
     }
 }
 
-/// A durable-nonce transaction: its first instruction advances a nonce account, and its
-/// "blockhash" is that account's nonce value (litesvm checks it when executing).
-fn uses_durable_nonce(tx: &VersionedTransaction) -> bool {
+/// The nonce account of a durable-nonce transaction: its first instruction advances that
+/// account (system instruction 4), and its "blockhash" is the account's nonce value.
+fn durable_nonce_account(tx: &VersionedTransaction) -> Option<Pubkey> {
     let message = &tx.message;
-    let Some(first) = message.instructions().first() else {
-        return false;
-    };
-    let system = Pubkey::default();
-    message
-        .static_account_keys()
-        .get(usize::from(first.program_id_index))
-        == Some(&system)
-        && first.data.first() == Some(&4)
+    let first = message.instructions().first()?;
+    let keys = message.static_account_keys();
+    let advances = keys.get(usize::from(first.program_id_index)) == Some(&Pubkey::default())
+        && first.data.get(..4) == Some(&4u32.to_le_bytes()[..]);
+    advances
+        .then(|| keys.get(usize::from(*first.accounts.first()?)).copied())
+        .flatten()
 }

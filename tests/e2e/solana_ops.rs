@@ -9,10 +9,15 @@ use sigcast_evm::RpcPool;
 use sigcast_proto::pb;
 use std::time::Duration;
 
-const SOL: u64 = 1_000_000_000;
-const FEE: u64 = 5_000;
+pub(crate) const SOL: u64 = 1_000_000_000;
+pub(crate) const FEE: u64 = 5_000;
 
-fn sol_transfer(op_id: &str, from: &str, to: &str, lamports: u64) -> pb::SubmitOperationRequest {
+pub(crate) fn sol_transfer(
+    op_id: &str,
+    from: &str,
+    to: &str,
+    lamports: u64,
+) -> pb::SubmitOperationRequest {
     pb::SubmitOperationRequest {
         op_id: op_id.into(),
         intent: Some(pb::Intent {
@@ -26,16 +31,16 @@ fn sol_transfer(op_id: &str, from: &str, to: &str, lamports: u64) -> pb::SubmitO
     }
 }
 
-fn recipient(i: usize) -> String {
+pub(crate) fn recipient(i: usize) -> String {
     bs58::encode([0xa0 + i as u8; 32]).into_string()
 }
 
-async fn balance(pool: &RpcPool, account: &str) -> u64 {
+pub(crate) async fn balance(pool: &RpcPool, account: &str) -> u64 {
     let value = pool.read("getBalance", json!([account])).await.unwrap();
     value["value"].as_u64().unwrap()
 }
 
-fn key_bytes(account: &str) -> [u8; 32] {
+pub(crate) fn key_bytes(account: &str) -> [u8; 32] {
     bs58::decode(account)
         .into_vec()
         .unwrap()
@@ -317,7 +322,7 @@ async fn a_transaction_that_fails_on_chain_is_confirmed_with_the_failure_and_not
     );
 }
 
-async fn get(stack: &Stack, op_id: &str) -> pb::Operation {
+pub(crate) async fn get(stack: &Stack, op_id: &str) -> pb::Operation {
     let mut client = stack.client().await;
     client
         .get_operation(pb::GetOperationRequest {
@@ -330,7 +335,7 @@ async fn get(stack: &Stack, op_id: &str) -> pb::Operation {
         .unwrap()
 }
 
-async fn wait_state(
+pub(crate) async fn wait_state(
     stack: &Stack,
     op_id: &str,
     ready: impl Fn(&pb::Operation) -> bool,

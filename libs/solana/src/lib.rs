@@ -6,35 +6,144 @@
 
 mod rpc;
 
-pub use rpc::{SignatureStatus, SolanaRpc};
+pub use rpc::{NonceView, SignatureStatus, SolanaRpc};
 use sigcast_domain::SolanaTransfer;
 use solana_hash::Hash;
-use solana_message::Message;
+use solana_message::Instruction;
+pub use solana_message::Message;
 use solana_pubkey::Pubkey;
 use solana_signature::Signature;
 use solana_transaction::Transaction;
 
-/// A SOL transfer's message, fee paid by the sender, bound to `blockhash` (a recent blockhash
-/// or a durable nonce value), with a priority fee of `compute_unit_price` micro-lamports per
-/// compute unit when it is not 0.
+/// What bounds a transaction's life: a recent blockhash (valid until its last valid block
+/// height), or a durable nonce (valid until the nonce account advances).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifetime {
+    /// A recent blockhash.
+    Blockhash([u8; 32]),
+    /// A durable nonce: the transaction's first instruction advances `account` (signed by its
+    /// `authority`), and the nonce `value` stands in for the blockhash.
+    DurableNonce {
+        /// The nonce account.
+        account: [u8; 32],
+        /// Its authority, a signer of the transaction.
+        authority: [u8; 32],
+        /// The nonce value the account holds when the transaction is signed.
+        value: [u8; 32],
+    },
+}
+
+impl Lifetime {
+    /// The value in the message's blockhash field.
+    pub fn blockhash(&self) -> [u8; 32] {
+        match self {
+            Self::Blockhash(hash) => *hash,
+            Self::DurableNonce { value, .. } => *value,
+        }
+    }
+}
+
+/// The message of `instructions`, paid by `payer`, bound to `lifetime`, with a priority fee of
+/// `compute_unit_price` micro-lamports per compute unit when it is not 0. With a durable nonce
+/// the nonce advance comes first, as the runtime requires.
+fn message(
+    instructions: Vec<Instruction>,
+    payer: &Pubkey,
+    lifetime: &Lifetime,
+    compute_unit_price: u64,
+) -> Message {
+    let mut all = Vec::with_capacity(instructions.len() + 2);
+    if let Lifetime::DurableNonce {
+        account, authority, ..
+    } = lifetime
+    {
+        all.push(solana_system_interface::instruction::advance_nonce_account(
+            &Pubkey::new_from_array(*account),
+            &Pubkey::new_from_array(*authority),
+        ));
+    }
+    all.extend(priority_fee(compute_unit_price));
+    all.extend(instructions);
+    Message::new_with_blockhash(
+        &all,
+        Some(payer),
+        &Hash::new_from_array(lifetime.blockhash()),
+    )
+}
+
+/// A SOL transfer's message, fee paid by the sender.
 pub fn transfer_message(
     transfer: &SolanaTransfer,
-    blockhash: [u8; 32],
+    lifetime: &Lifetime,
     compute_unit_price: u64,
 ) -> Message {
     let from = Pubkey::new_from_array(*transfer.from.as_bytes());
     let to = Pubkey::new_from_array(*transfer.to.as_bytes());
-    let mut instructions = priority_fee(compute_unit_price);
-    instructions.push(solana_system_interface::instruction::transfer(
-        &from,
-        &to,
-        transfer.lamports.0,
-    ));
-    Message::new_with_blockhash(&instructions, Some(&from), &Hash::new_from_array(blockhash))
+    let transfer = solana_system_interface::instruction::transfer(&from, &to, transfer.lamports.0);
+    message(vec![transfer], &from, lifetime, compute_unit_price)
+}
+
+/// The cancel of a durable-nonce operation: a transaction that only advances the nonce, paid
+/// by its authority. Once it lands, nothing signed over the old value can land.
+pub fn advance_nonce_message(account: [u8; 32], authority: [u8; 32], value: [u8; 32]) -> Message {
+    let lifetime = Lifetime::DurableNonce {
+        account,
+        authority,
+        value,
+    };
+    message(Vec::new(), &Pubkey::new_from_array(authority), &lifetime, 0)
+}
+
+/// Creates and initializes a nonce account (`NONCE_ACCOUNT_SIZE` bytes, `lamports` for rent),
+/// paid by `authority`, which becomes its authority. Signed by both.
+pub fn create_nonce_account_message(
+    authority: [u8; 32],
+    account: [u8; 32],
+    lamports: u64,
+    blockhash: [u8; 32],
+) -> Message {
+    let authority = Pubkey::new_from_array(authority);
+    let instructions = solana_system_interface::instruction::create_nonce_account(
+        &authority,
+        &Pubkey::new_from_array(account),
+        &authority,
+        lamports,
+    );
+    Message::new_with_blockhash(
+        &instructions,
+        Some(&authority),
+        &Hash::new_from_array(blockhash),
+    )
+}
+
+/// Size of a nonce account's data.
+pub const NONCE_ACCOUNT_SIZE: usize = 80;
+
+/// An initialized nonce account's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NonceState {
+    /// Who may advance it.
+    pub authority: [u8; 32],
+    /// The value a transaction must carry as its blockhash.
+    pub value: [u8; 32],
+}
+
+/// Reads a nonce account's data: the system program's `Versions::Current(State::Initialized)`
+/// layout (u32 version 1, u32 state 1, authority, nonce value, fee calculator). `None` for an
+/// uninitialized, legacy or foreign account.
+pub fn parse_nonce_account(data: &[u8]) -> Option<NonceState> {
+    if data.len() != NONCE_ACCOUNT_SIZE || data[0..4] != [1, 0, 0, 0] || data[4..8] != [1, 0, 0, 0]
+    {
+        return None;
+    }
+    Some(NonceState {
+        authority: data[8..40].try_into().ok()?,
+        value: data[40..72].try_into().ok()?,
+    })
 }
 
 /// The ComputeBudget instruction setting a priority fee, or none for 0.
-fn priority_fee(compute_unit_price: u64) -> Vec<solana_message::Instruction> {
+fn priority_fee(compute_unit_price: u64) -> Vec<Instruction> {
     if compute_unit_price == 0 {
         return Vec::new();
     }
@@ -78,14 +187,13 @@ pub fn verify(transaction: &Transaction) -> bool {
         && transaction.verify().is_ok()
 }
 
-/// A message for a list of instructions, fee paid by `fee_payer`, with an optional priority fee.
+/// A message for a list of instructions, fee paid by `fee_payer`.
 pub fn instructions_message(
     list: &sigcast_domain::SolanaInstructions,
-    blockhash: [u8; 32],
+    lifetime: &Lifetime,
     compute_unit_price: u64,
 ) -> Message {
-    use solana_message::{AccountMeta, Instruction};
-    let mut instructions = priority_fee(compute_unit_price);
+    use solana_message::AccountMeta;
     let listed: Vec<Instruction> = list
         .instructions
         .iter()
@@ -103,13 +211,8 @@ pub fn instructions_message(
             data: ix.data.clone(),
         })
         .collect();
-    instructions.extend(listed);
     let payer = Pubkey::new_from_array(*list.fee_payer.as_bytes());
-    Message::new_with_blockhash(
-        &instructions,
-        Some(&payer),
-        &Hash::new_from_array(blockhash),
-    )
+    message(listed, &payer, lifetime, compute_unit_price)
 }
 
 /// The keys that must sign a message, in signature order.
@@ -145,15 +248,68 @@ mod tests {
             to: SolanaPubkey::from([9; 32]),
             lamports: Lamports(5_000),
         };
-        let message = transfer_message(&transfer, [1; 32], 0);
+        let message = transfer_message(&transfer, &Lifetime::Blockhash([1; 32]), 0);
         assert_eq!(compute_unit_price(&message), 0);
         assert_eq!(
-            compute_unit_price(&transfer_message(&transfer, [1; 32], 2_500)),
+            compute_unit_price(&transfer_message(
+                &transfer,
+                &Lifetime::Blockhash([1; 32]),
+                2_500
+            )),
             2_500
         );
         assert_eq!(message.header.num_required_signatures, 1);
         assert!(!message_bytes(&message).is_empty());
         assert!(!verify(&assemble(message.clone(), &[])));
         assert!(!verify(&assemble(message, &[[3; 64]])));
+    }
+
+    #[test]
+    fn a_durable_nonce_transfer_advances_the_nonce_first_and_carries_its_value() {
+        let transfer = SolanaTransfer {
+            cluster: "localnet".into(),
+            from: SolanaPubkey::from([7; 32]),
+            to: SolanaPubkey::from([9; 32]),
+            lamports: Lamports(5_000),
+        };
+        let lifetime = Lifetime::DurableNonce {
+            account: [4; 32],
+            authority: [7; 32],
+            value: [5; 32],
+        };
+        let message = transfer_message(&transfer, &lifetime, 100);
+        assert_eq!(message.recent_blockhash.to_bytes(), [5; 32]);
+        let first = &message.instructions[0];
+        let program = message.account_keys[usize::from(first.program_id_index)];
+        assert_eq!(program, Pubkey::default(), "the system program");
+        assert_eq!(first.data, 4u32.to_le_bytes(), "AdvanceNonceAccount");
+        assert_eq!(compute_unit_price(&message), 100);
+        assert_eq!(
+            signers(&message),
+            vec![[7; 32]],
+            "the sender is the authority"
+        );
+
+        let cancel = advance_nonce_message([4; 32], [7; 32], [5; 32]);
+        assert_eq!(cancel.instructions.len(), 1);
+        assert_eq!(cancel.recent_blockhash.to_bytes(), [5; 32]);
+    }
+
+    #[test]
+    fn nonce_account_data_parses_only_when_initialized() {
+        let mut data = vec![0u8; NONCE_ACCOUNT_SIZE];
+        assert_eq!(parse_nonce_account(&data), None, "uninitialized");
+        data[0] = 1;
+        data[4] = 1;
+        data[8..40].copy_from_slice(&[2; 32]);
+        data[40..72].copy_from_slice(&[3; 32]);
+        assert_eq!(
+            parse_nonce_account(&data),
+            Some(NonceState {
+                authority: [2; 32],
+                value: [3; 32]
+            })
+        );
+        assert_eq!(parse_nonce_account(&data[..79]), None);
     }
 }

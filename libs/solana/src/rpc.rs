@@ -17,6 +17,35 @@ pub struct SignatureStatus {
     pub confirmation: String,
 }
 
+/// A durable-nonce operation as one endpoint sees it: the evidence that may prove none of its
+/// transactions can land any more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NonceView {
+    /// The nonce account's state, `None` if it is missing or not an initialized nonce.
+    pub nonce: Option<crate::NonceState>,
+    /// The statuses of the operation's signatures, read after the nonce.
+    pub statuses: Vec<Option<SignatureStatus>>,
+}
+
+fn parse_account_data(value: &Value) -> Option<Option<Vec<u8>>> {
+    let account = value.get("value")?;
+    if account.is_null() {
+        return Some(None);
+    }
+    let data = account.get("data")?.get(0)?.as_str()?;
+    base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .ok()
+        .map(Some)
+}
+
+fn account_params(account: &[u8; 32]) -> Value {
+    json!([
+        bs58::encode(account).into_string(),
+        { "encoding": "base64", "commitment": "confirmed" }
+    ])
+}
+
 /// The endpoints of one Solana cluster.
 #[derive(Debug)]
 pub struct SolanaRpc(RpcPool);
@@ -111,6 +140,54 @@ impl SolanaRpc {
             height.as_u64().ok_or_else(|| malformed("block height"))?,
             parse_statuses(&statuses).ok_or_else(|| malformed("statuses"))?,
         ))
+    }
+
+    /// A nonce account's state at `confirmed` (hedged): `None` if it is missing or not an
+    /// initialized nonce account.
+    pub async fn nonce(&self, account: &[u8; 32]) -> Result<Option<crate::NonceState>> {
+        let value = self.read("getAccountInfo", account_params(account)).await?;
+        let data =
+            parse_account_data(&value).ok_or_else(|| unexpected("getAccountInfo", &value))?;
+        Ok(data.as_deref().and_then(crate::parse_nonce_account))
+    }
+
+    /// The nonce account, then the signatures' statuses, as one endpoint sees them. In that
+    /// order: a transaction that advanced the nonce before the first read shows in the second.
+    pub async fn nonce_view_from(
+        &self,
+        url: &str,
+        account: &[u8; 32],
+        signatures: &[String],
+    ) -> std::result::Result<NonceView, RpcError> {
+        let info = self
+            .read_from(url, "getAccountInfo", account_params(account))
+            .await?;
+        let statuses = self
+            .read_from(
+                url,
+                "getSignatureStatuses",
+                json!([signatures, { "searchTransactionHistory": true }]),
+            )
+            .await?;
+        let malformed = |what: &str| RpcError::Malformed {
+            endpoint: url.to_owned(),
+            message: format!("unexpected {what}"),
+        };
+        let data = parse_account_data(&info).ok_or_else(|| malformed("account info"))?;
+        Ok(NonceView {
+            nonce: data.as_deref().and_then(crate::parse_nonce_account),
+            statuses: parse_statuses(&statuses).ok_or_else(|| malformed("statuses"))?,
+        })
+    }
+
+    /// The balance an account of `size` bytes needs to be rent-exempt.
+    pub async fn rent_exempt_minimum(&self, size: usize) -> Result<u64> {
+        let value = self
+            .read("getMinimumBalanceForRentExemption", json!([size]))
+            .await?;
+        value
+            .as_u64()
+            .ok_or_else(|| unexpected("getMinimumBalanceForRentExemption", &value))
     }
 
     /// Sends a signed transaction to one endpoint, once, without the node's own retries.

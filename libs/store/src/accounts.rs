@@ -5,7 +5,12 @@
 //! - `("nonce_owner", chain, account, nonce)` → op_id: which operation owns a nonce. Written
 //!   once, never moved: one operation per nonce, one nonce per operation;
 //! - `("payload", op_id, attempt)` → signed transaction bytes. Read only by the broadcaster;
-//!   never returned by the public API or logged.
+//!   never returned by the public API or logged;
+//! - `("solana_nonce", cluster, authority, nonce_account)` → empty: the durable-nonce accounts
+//!   a Solana key signs with;
+//! - `("solana_nonce_holder", cluster, nonce_account)` → op_id: the operation whose
+//!   transactions carry the account's current nonce. One operation at a time: the holder
+//!   changes only once its operation is terminal.
 
 use crate::kv::{KvRead, KvTransaction};
 use crate::tuple::Subspace;
@@ -215,4 +220,83 @@ pub fn audit_records(tx: &mut dyn KvRead, root: &Subspace, op_id: &str) -> Resul
         .into_iter()
         .map(|(_, v)| v)
         .collect())
+}
+
+fn nonce_account_key(root: &Subspace, cluster: &str, authority: &str, account: &str) -> Vec<u8> {
+    root.pack(&("solana_nonce", cluster, authority, account))
+}
+
+fn decode_nonce_account_key(root: &Subspace, key: &[u8]) -> Result<(String, String, String)> {
+    let (_, cluster, authority, account): (String, String, String, String) =
+        root.unpack(key).map_err(|e| Error::Corrupt {
+            what: "nonce account key",
+            key: key.iter().map(|b| format!("{b:02x}")).collect(),
+            reason: e.to_string(),
+        })?;
+    Ok((cluster, authority, account))
+}
+
+fn nonce_holder_key(root: &Subspace, cluster: &str, account: &str) -> Vec<u8> {
+    root.pack(&("solana_nonce_holder", cluster, account))
+}
+
+/// Registers a durable-nonce account of `authority` on `cluster` (idempotent).
+pub fn register_nonce_account(
+    tx: &mut dyn KvTransaction,
+    root: &Subspace,
+    cluster: &str,
+    authority: &str,
+    account: &str,
+) -> Result<()> {
+    tx.set(&nonce_account_key(root, cluster, authority, account), b"")
+}
+
+/// The durable-nonce accounts registered for `authority` on `cluster`, in key order.
+pub fn nonce_accounts(
+    tx: &mut dyn KvRead,
+    root: &Subspace,
+    cluster: &str,
+    authority: &str,
+) -> Result<Vec<String>> {
+    let (begin, end) = root.subspace(&("solana_nonce", cluster, authority)).range();
+    tx.get_range(&begin, &end, usize::MAX, false)?
+        .into_iter()
+        .map(|(key, _)| decode_nonce_account_key(root, &key).map(|(_, _, account)| account))
+        .collect()
+}
+
+/// Every registered durable-nonce account: (cluster, authority, account).
+pub fn all_nonce_accounts(
+    tx: &mut dyn KvRead,
+    root: &Subspace,
+) -> Result<Vec<(String, String, String)>> {
+    let (begin, end) = root.subspace(&("solana_nonce",)).range();
+    tx.get_range(&begin, &end, usize::MAX, false)?
+        .into_iter()
+        .map(|(key, _)| decode_nonce_account_key(root, &key))
+        .collect()
+}
+
+/// The operation holding a nonce account, if any.
+pub fn nonce_holder(
+    tx: &mut dyn KvRead,
+    root: &Subspace,
+    cluster: &str,
+    account: &str,
+) -> Result<Option<String>> {
+    Ok(tx
+        .get(&nonce_holder_key(root, cluster, account))?
+        .map(|b| String::from_utf8_lossy(&b).into_owned()))
+}
+
+/// Makes `op_id` the holder of a nonce account. The caller has checked, in this transaction,
+/// that the previous holder (if any) is terminal.
+pub fn hold_nonce_account(
+    tx: &mut dyn KvTransaction,
+    root: &Subspace,
+    cluster: &str,
+    account: &str,
+    op_id: &str,
+) -> Result<()> {
+    tx.set(&nonce_holder_key(root, cluster, account), op_id.as_bytes())
 }

@@ -148,6 +148,9 @@ impl Worker {
                 })
                 .await;
             }
+            Err(status) if waits_for_nonce_account(&status) => {
+                tracing::debug!(op.id = %op.op_id, message = status.message(), "waiting for a durable-nonce account")
+            }
             Err(status) => {
                 tracing::warn!(op.id = %op.op_id, code = ?status.code(), message = status.message(), "signing failed; will retry")
             }
@@ -160,6 +163,21 @@ impl Worker {
         let Some(mut attempt) = op.attempts.last().map(|a| a.number) else {
             return;
         };
+        if op.cancel_requested
+            && self.solana.contains_key(&op.chain)
+            && nonce_account(&op).is_none()
+        {
+            // Never sent, and only the store holds the signed bytes; its blockhash expires.
+            self.update(&op.op_id, OperationState::Signed, |op| {
+                op.set_state(state_to_proto(OperationState::Cancelled));
+                op.error = Some(pb::OperationError {
+                    reason: "CANCELLED_BEFORE_SENDING".into(),
+                    message: "cancelled before its first send; its signed transaction never left the store".into(),
+                });
+            })
+            .await;
+            return;
+        }
         if op.cancel_requested && !has_self_transfer(&op) {
             match self.replace(&op, SignPurpose::Cancel, attempt).await {
                 Some(number) => attempt = number,
@@ -536,6 +554,10 @@ impl Worker {
                 return;
             }
             let failed = status.err.clone();
+            let cancel_landed = op
+                .attempts
+                .iter()
+                .any(|a| a.tx_id == signature && a.reason == CANCEL);
             let result = pb::TerminalResult {
                 tx_id: signature.clone(),
                 block_number: status.slot,
@@ -549,6 +571,16 @@ impl Worker {
             };
             let settled = self
                 .update(&op.op_id, OperationState::Sent, move |op| {
+                    if cancel_landed {
+                        // The nonce advance landed: nothing of the operation ever can.
+                        op.set_state(state_to_proto(OperationState::Cancelled));
+                        op.result = Some(result.clone());
+                        op.error = Some(pb::OperationError {
+                            reason: "CANCELLED_ON_CHAIN".into(),
+                            message: format!("the cancel advanced the nonce account in slot {}", status.slot),
+                        });
+                        return;
+                    }
                     op.set_state(state_to_proto(OperationState::Confirmed));
                     op.result = Some(result.clone());
                     op.error = failed.as_ref().map(|err| pb::OperationError {
@@ -558,9 +590,14 @@ impl Worker {
                 })
                 .await;
             if settled.is_some() {
-                tracing::info!(op.id = %op.op_id, %signature, slot = status.slot, "confirmed");
+                tracing::info!(op.id = %op.op_id, %signature, slot = status.slot, cancel = cancel_landed, "landed");
             }
             return;
+        }
+        if let Some(account) = nonce_account(&op) {
+            return self
+                .check_durable_nonce(rpc, &op, account, &signatures)
+                .await;
         }
         match rpc.block_height().await {
             Ok(height) if height > last_valid => {
@@ -619,20 +656,105 @@ impl Worker {
                 .await
                 .filter(|n| *n != last)
             {
-                let now = SystemTime::now();
-                let recorded = self
-                    .update(&op.op_id, OperationState::Sent, move |op| {
-                        if let Some(a) = op.attempts.iter_mut().find(|a| a.number == number) {
-                            a.send_time = Some(now.into());
-                            a.outcome = pb::AttemptOutcome::Pending.into();
-                        }
-                    })
-                    .await;
-                if let Some(op) = recorded {
-                    self.send(&op, number).await;
-                }
+                self.send_new_attempt(op, number).await;
             }
             return;
+        }
+    }
+
+    /// A durable-nonce operation none of whose transactions has landed: while the nonce
+    /// account still holds their value they stay valid, so the same bytes go out again (or,
+    /// if a cancel was asked for, the transaction that only advances the nonce). Once one
+    /// endpoint shows the nonce advanced and none of the signatures, nothing of it can land:
+    /// CANCELLED if a cancel was asked for, otherwise a new signature over the new value.
+    async fn check_durable_nonce(
+        &self,
+        rpc: &SolanaRpc,
+        op: &pb::Operation,
+        account: [u8; 32],
+        signatures: &[String],
+    ) {
+        let Some(pb::operation::Signing::Solana(signing)) = &op.signing else {
+            return;
+        };
+        let carried = signing.blockhash.clone();
+        match rpc.nonce(&account).await {
+            Ok(Some(state)) if bs58::encode(state.value).into_string() == carried => {
+                if op.cancel_requested && !has_self_transfer(op) {
+                    let last = op.attempts.last().map_or(0, |a| a.number);
+                    if let Some(number) = self.replace(op, SignPurpose::Cancel, last).await {
+                        self.send_new_attempt(op, number).await;
+                    }
+                } else {
+                    self.rebroadcast_if_due(op).await;
+                }
+                return;
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                tracing::warn!(op.id = %op.op_id, nonce_account = %signing.nonce_account, "nonce account missing or not initialized");
+                return;
+            }
+            Err(error) => {
+                tracing::debug!(op.id = %op.op_id, %error, "nonce read failed");
+                return;
+            }
+        }
+        for url in rpc.urls() {
+            let Ok(view) = rpc.nonce_view_from(url, &account, signatures).await else {
+                continue;
+            };
+            if view.statuses.iter().any(Option::is_some) {
+                return; // landed after all: the next pass settles it
+            }
+            let Some(now) = view.nonce.map(|n| bs58::encode(n.value).into_string()) else {
+                continue;
+            };
+            if now == carried {
+                continue; // this endpoint lags: its silence proves nothing
+            }
+            if op.cancel_requested || has_self_transfer(op) {
+                let evidence = format!(
+                    "endpoint {url} shows nonce account {} at {now}, past {carried}, and none of {signatures:?}: \
+                     nothing of the operation can land",
+                    signing.nonce_account
+                );
+                self.update(&op.op_id, OperationState::Sent, move |op| {
+                    op.set_state(state_to_proto(OperationState::Cancelled));
+                    op.error = Some(pb::OperationError {
+                        reason: "CANCELLED_BEFORE_LANDING".into(),
+                        message: evidence.clone(),
+                    });
+                })
+                .await;
+                return;
+            }
+            let last = op.attempts.last().map_or(0, |a| a.number);
+            tracing::info!(op.id = %op.op_id, %url, nonce_account = %signing.nonce_account, "nonce advanced and no attempt landed: re-signing");
+            if let Some(number) = self
+                .replace(op, SignPurpose::Resign, last)
+                .await
+                .filter(|n| *n != last)
+            {
+                self.send_new_attempt(op, number).await;
+            }
+            return;
+        }
+    }
+
+    /// Marks a freshly signed attempt as being sent, then sends it.
+    async fn send_new_attempt(&self, op: &pb::Operation, number: u32) {
+        let now = SystemTime::now();
+        let recorded = self
+            .update(&op.op_id, OperationState::Sent, move |op| {
+                if let Some(a) = op.attempts.iter_mut().find(|a| a.number == number) {
+                    a.send_time = Some(now.into());
+                    a.outcome = pb::AttemptOutcome::Pending.into();
+                }
+            })
+            .await;
+        if let Some(op) = recorded {
+            self.send(&op, number).await;
         }
     }
 
@@ -762,6 +884,28 @@ fn has_self_transfer(op: &pb::Operation) -> bool {
     op.attempts
         .iter()
         .any(|a| a.reason == CANCEL || a.reason == GAP_FILL)
+}
+
+/// The durable-nonce account a Solana operation's transactions advance, if it uses one.
+fn nonce_account(op: &pb::Operation) -> Option<[u8; 32]> {
+    match &op.signing {
+        Some(pb::operation::Signing::Solana(s)) if !s.nonce_account.is_empty() => {
+            bs58::decode(&s.nonce_account)
+                .into_vec()
+                .ok()
+                .and_then(|v| v.try_into().ok())
+        }
+        _ => None,
+    }
+}
+
+/// Whether the signer said the operation waits for a durable-nonce account of its key.
+fn waits_for_nonce_account(status: &tonic::Status) -> bool {
+    use tonic_types::StatusExt;
+    status.code() == tonic::Code::ResourceExhausted
+        && status.get_details_error_info().is_some_and(|info| {
+            info.domain == "sigcast-signer" && info.reason == "NONCE_ACCOUNTS_BUSY"
+        })
 }
 
 fn evm_nonce(op: &pb::Operation) -> Option<u64> {

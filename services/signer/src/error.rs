@@ -51,6 +51,30 @@ pub enum Error {
     /// The interlock refused: the nonce belongs to another operation.
     #[error("interlock: {0}")]
     Interlock(#[from] sigcast_store::accounts::NonceTaken),
+    /// Every durable-nonce account of the key is held by an operation in flight.
+    #[error(
+        "operation {op_id:?} waits: all {count} durable-nonce accounts of {account} are held by operations in flight"
+    )]
+    NonceAccountsBusy {
+        /// The op_id.
+        op_id: String,
+        /// The key.
+        account: String,
+        /// How many nonce accounts it has.
+        count: usize,
+    },
+    /// The durable-nonce interlock refused: another operation in flight holds the account.
+    #[error(
+        "interlock: nonce account {nonce_account} is held by operation {holder:?}, not {op_id:?}"
+    )]
+    NonceAccountHeld {
+        /// The op_id.
+        op_id: String,
+        /// The nonce account.
+        nonce_account: String,
+        /// The operation holding it.
+        holder: String,
+    },
     /// Reading chain state failed.
     #[error("reading chain state for op {op_id:?}: {source}")]
     Chain {
@@ -79,6 +103,9 @@ const REFUSED_NO_KEY: &str = "NO_KEY";
 /// ErrorInfo reason: the key's policy forbids the operation.
 const REFUSED_BY_POLICY: &str = "POLICY_DENIED";
 
+/// ErrorInfo reason: the operation waits for a durable-nonce account of its key.
+const NONCE_ACCOUNTS_BUSY: &str = "NONCE_ACCOUNTS_BUSY";
+
 fn refusal(message: String, reason: &str) -> Status {
     use tonic_types::{ErrorDetails, StatusExt};
     let details =
@@ -102,6 +129,16 @@ impl From<Error> for Status {
             // a refusal of the caller (an unlisted certificate), which must never reject work.
             Error::NoKey { .. } => refusal(message, REFUSED_NO_KEY),
             Error::PolicyDenied { .. } => refusal(message, REFUSED_BY_POLICY),
+            // Waiting for a nonce account is not a failure: the caller retries later.
+            Error::NonceAccountsBusy { .. } | Error::NonceAccountHeld { .. } => {
+                let details = tonic_types::ErrorDetails::with_error_info(
+                    NONCE_ACCOUNTS_BUSY,
+                    "sigcast-signer",
+                    std::collections::HashMap::new(),
+                );
+                use tonic_types::StatusExt;
+                Status::with_error_details(tonic::Code::ResourceExhausted, message, details)
+            }
             Error::Chain { .. } | Error::Store(_) => {
                 Status::unavailable(format!("{message}; retry the same op_id"))
             }

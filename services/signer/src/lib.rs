@@ -10,6 +10,7 @@ pub mod config;
 mod error;
 mod grpc;
 pub mod keys;
+pub mod nonce_accounts;
 mod sign;
 pub mod token;
 
@@ -44,6 +45,21 @@ pub fn harden_process() {
     }
 }
 
+/// Every key the configuration names: the keystores (decrypted with the configured passphrase,
+/// which is dropped here) and the token's keys.
+pub fn load_keyring(config: &Config) -> anyhow::Result<keys::Keyring> {
+    let passphrase =
+        keys::read_passphrase(config.passphrase_file.as_deref(), config::PASSPHRASE_ENV)?;
+    let mut keyring = keys::Keyring::load(&config.keystore_dir, &passphrase)?;
+    drop(passphrase);
+    if let Some(pkcs11) = &config.pkcs11 {
+        let token = token::Token::open(pkcs11)?;
+        keyring.add_token_keys(token.keys()?);
+        keyring.add_token_ed25519_keys(token.ed25519_keys()?);
+    }
+    Ok(keyring)
+}
+
 /// Loads the keys, opens the store, checks the chains and serves until `shutdown` completes:
 /// gRPC health on `listener`; the signer API on the configured Unix socket (callers
 /// authenticated by uid) and/or over mutual TLS (callers authenticated by certificate); with
@@ -55,15 +71,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     harden_process();
-    let passphrase =
-        keys::read_passphrase(config.passphrase_file.as_deref(), config::PASSPHRASE_ENV)?;
-    let mut keyring = keys::Keyring::load(&config.keystore_dir, &passphrase)?;
-    drop(passphrase);
-    if let Some(pkcs11) = &config.pkcs11 {
-        let token = token::Token::open(pkcs11)?;
-        keyring.add_token_keys(token.keys()?);
-        keyring.add_token_ed25519_keys(token.ed25519_keys()?);
-    }
+    let keyring = load_keyring(&config)?;
     tracing::info!(accounts = ?keyring, "keys loaded");
     let store = Store::open(&config.store)?;
     let signer = Signer::new(&config, store, keyring)?;

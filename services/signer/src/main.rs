@@ -35,6 +35,32 @@ enum Command {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    /// Manage Solana durable-nonce accounts. A key with nonce accounts signs every operation
+    /// with one of them (one operation per account at a time) instead of a recent blockhash.
+    Nonce {
+        #[command(subcommand)]
+        command: NonceCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum NonceCommand {
+    /// Create nonce accounts on chain, paid for and advanced by a key this signer holds, and
+    /// register them; prints each address once it is confirmed.
+    Create {
+        /// The cluster, as in [[solana_clusters]].
+        #[arg(long)]
+        cluster: String,
+        /// The Ed25519 key (base58) that pays for them and becomes their authority.
+        #[arg(long)]
+        authority: String,
+        /// How many: one operation of the key is in flight per account.
+        #[arg(long, default_value_t = 1)]
+        count: usize,
+    },
+    /// List the registered nonce accounts: cluster, authority, address, current value and the
+    /// operation holding it.
+    List,
 }
 
 #[derive(Debug, Subcommand)]
@@ -87,6 +113,38 @@ async fn serve() -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("binding {}", config.listen))?;
             sigcast_signer::run(config, listener, sigcast_runtime::shutdown_signal()).await
+        }
+        Command::Nonce { command } => {
+            match command {
+                NonceCommand::Create {
+                    cluster,
+                    authority,
+                    count,
+                } => {
+                    let keyring = sigcast_signer::load_keyring(&config)?;
+                    for account in sigcast_signer::nonce_accounts::create(
+                        &config, &keyring, &cluster, &authority, count,
+                    )
+                    .await?
+                    {
+                        println!("{account}");
+                    }
+                }
+                NonceCommand::List => {
+                    println!("CLUSTER\tAUTHORITY\tNONCE_ACCOUNT\tVALUE\tHELD_BY");
+                    for row in sigcast_signer::nonce_accounts::list(&config).await? {
+                        println!(
+                            "{}\t{}\t{}\t{}\t{}",
+                            row.cluster,
+                            row.authority,
+                            row.account,
+                            row.value.unwrap_or_else(|e| format!("({e})")),
+                            row.holder.as_deref().unwrap_or("-")
+                        );
+                    }
+                }
+            }
+            Ok(())
         }
         Command::Keys { command } => {
             let passphrase =

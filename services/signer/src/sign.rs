@@ -22,6 +22,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+mod solana;
+
 /// Gas of a plain transfer.
 const TRANSFER_GAS: u64 = 21_000;
 
@@ -433,6 +435,20 @@ impl Signer {
         let (Some(op), Some(previous_raw)) = read else {
             return Err(Error::NotFound(op_id.to_owned()));
         };
+        if op.chain.starts_with("solana:") {
+            // On Solana only a durable-nonce operation has a replacement: its cancel.
+            return match kind {
+                Replacement::Cancel => self.cancel_solana(op_id, replaces_attempt, caller).await,
+                _ => Err(Error::NotSignable {
+                    op_id: op_id.to_owned(),
+                    state: format!(
+                        "{} (no {} on Solana)",
+                        op.state().as_str_name(),
+                        kind.reason()
+                    ),
+                }),
+            };
+        }
         let not_signable = || Error::NotSignable {
             op_id: op_id.to_owned(),
             state: op.state().as_str_name().to_owned(),
@@ -561,240 +577,6 @@ impl Signer {
             tracing::info!(op.id = %op_id, tx = %signed.tx_id, attempt = signed.attempt, reason = kind.reason(), "replacement signed");
         }
         Ok(signed)
-    }
-}
-
-impl Signer {
-    /// Signs a recorded Solana operation: reads a recent blockhash (`confirmed`), then in one
-    /// store transaction builds the message, signs it with every key it needs, and persists the
-    /// transaction with its blockhash and last valid block height.
-    async fn sign_solana(&self, op: pb::Operation, caller: &str) -> Result<Signed> {
-        self.solana_attempt(op, 1, caller).await
-    }
-
-    /// Signs a Solana operation again with a fresh blockhash — only after checking, from one of
-    /// its own endpoints, what the broadcaster claims: that endpoint is past the last valid
-    /// block height of every attempt and knows none of their signatures.
-    pub async fn resign_solana(
-        &self,
-        op_id: &str,
-        replaces_attempt: u32,
-        caller: &str,
-    ) -> Result<Signed> {
-        let root = self.store.root().clone();
-        let id = op_id.to_owned();
-        let op = self
-            .store
-            .read_async(move |tx| operations::get(tx, &root, &id))
-            .await?
-            .ok_or_else(|| Error::NotFound(op_id.to_owned()))?;
-        let not_signable = |why: &str| Error::NotSignable {
-            op_id: op_id.to_owned(),
-            state: format!("{} ({why})", op.state().as_str_name()),
-        };
-        let Some(last) = op.attempts.last() else {
-            return Err(not_signable("no attempt"));
-        };
-        if last.number != replaces_attempt {
-            return Ok(Signed {
-                tx_id: last.tx_id.clone(),
-                attempt: last.number,
-                already_signed: true,
-            });
-        }
-        let (Some(pb::operation::Signing::Solana(signing)), pb::OperationState::Sent) =
-            (&op.signing, op.state())
-        else {
-            return Err(not_signable("only a sent Solana operation is re-signed"));
-        };
-        let cluster = op.chain.trim_start_matches("solana:");
-        let (rpc, _) = self
-            .solana
-            .get(cluster)
-            .ok_or_else(|| Error::UnknownChain {
-                op_id: op_id.to_owned(),
-                chain: op.chain.clone(),
-            })?;
-        let signatures: Vec<String> = op.attempts.iter().map(|a| a.tx_id.clone()).collect();
-        let mut proven = false;
-        for url in rpc.urls() {
-            let Ok((height, statuses)) = rpc.view_from(url, &signatures).await else {
-                continue;
-            };
-            if statuses.iter().any(Option::is_some) {
-                return Err(not_signable("an attempt has landed"));
-            }
-            if height > signing.last_valid_block_height {
-                proven = true;
-                break;
-            }
-        }
-        if !proven {
-            return Err(not_signable(
-                "no endpoint shows every attempt's blockhash expired",
-            ));
-        }
-        self.solana_attempt(op.clone(), replaces_attempt + 1, caller)
-            .await
-    }
-
-    /// Makes attempt `number` of a Solana operation: 1 signs a RECEIVED operation, more re-sign
-    /// a SENT one whose last attempt is `number - 1`.
-    async fn solana_attempt(&self, op: pb::Operation, number: u32, caller: &str) -> Result<Signed> {
-        let op_id = op.op_id.clone();
-        let intent = self.stored_intent(&op)?;
-        let cluster = match &intent {
-            Intent::SolanaTransfer(t) => t.cluster.clone(),
-            Intent::SolanaInstructions(list) => list.cluster.clone(),
-            other => {
-                return Err(Error::UnknownChain {
-                    op_id,
-                    chain: other.chain().to_string(),
-                });
-            }
-        };
-        if let Some(policy) = policy_for(&self.policies, &op.account) {
-            policy.check(&intent).map_err(|v| Error::PolicyDenied {
-                op_id: op_id.clone(),
-                rule: v.0,
-            })?;
-        }
-        let (rpc, base_price) = self
-            .solana
-            .get(&cluster)
-            .ok_or_else(|| Error::UnknownChain {
-                op_id: op_id.clone(),
-                chain: format!("solana:{cluster}"),
-            })?;
-        // A re-sign raises the priority fee: attempt n pays n times the base price.
-        let price = base_price.saturating_mul(u64::from(number));
-        let (blockhash, last_valid) =
-            rpc.latest_blockhash()
-                .await
-                .map_err(|source| Error::Chain {
-                    op_id: op_id.clone(),
-                    source,
-                })?;
-        let message = match &intent {
-            Intent::SolanaTransfer(t) => sigcast_solana::transfer_message(t, blockhash, price),
-            Intent::SolanaInstructions(list) => {
-                sigcast_solana::instructions_message(list, blockhash, price)
-            }
-            other => {
-                return Err(Error::UnknownChain {
-                    op_id,
-                    chain: other.chain().to_string(),
-                });
-            }
-        };
-        let keys = sigcast_solana::signers(&message)
-            .into_iter()
-            .map(|signer| {
-                self.keys.ed25519(&signer).ok_or_else(|| Error::NoKey {
-                    op_id: op_id.clone(),
-                    account: bs58::encode(signer).into_string(),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-
-        let root = self.store.root().clone();
-        let now = SystemTime::now();
-        let caller = caller.to_owned();
-        let id = op_id.clone();
-        let outcome = self
-            .store
-            .run_async(move |tx| {
-                let Some(stored) = operations::get(tx, &root, &id)? else {
-                    return Ok(Err(Error::NotFound(id.clone())));
-                };
-                if number == 1 {
-                    if let Some(done) = already_signed(&stored).transpose() {
-                        return Ok(done);
-                    }
-                } else if let Some(last) = stored
-                    .attempts
-                    .last()
-                    .filter(|last| last.number != number - 1)
-                {
-                    // Someone re-signed meanwhile: that signature stands.
-                    return Ok(Ok(Signed {
-                        tx_id: last.tx_id.clone(),
-                        attempt: last.number,
-                        already_signed: true,
-                    }));
-                }
-                let bytes = sigcast_solana::message_bytes(&message);
-                let mut signatures = Vec::with_capacity(keys.len());
-                for key in &keys {
-                    match key.sign(&bytes) {
-                        Ok(signature) => signatures.push(signature),
-                        Err(reason) => {
-                            return Ok(Err(Error::Sign {
-                                op_id: id.clone(),
-                                nonce: 0,
-                                reason,
-                            }));
-                        }
-                    }
-                }
-                let transaction = sigcast_solana::assemble(message.clone(), &signatures);
-                let tx_id = bs58::encode(signatures[0]).into_string();
-                accounts::put_payload(
-                    tx,
-                    &root,
-                    &id,
-                    number,
-                    &sigcast_solana::wire_bytes(&transaction),
-                )?;
-                let purpose = if number == 1 {
-                    SignPurpose::Initial
-                } else {
-                    SignPurpose::Resign
-                };
-                let audit = AuditRecord {
-                    op_id: id.clone(),
-                    attempt: number,
-                    purpose: purpose.into(),
-                    key_id: stored.account.clone(),
-                    digest: hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)),
-                    tx_id: tx_id.clone(),
-                    nonce: 0,
-                    time_unix_ms: unix_millis(now),
-                    caller: caller.clone(),
-                };
-                accounts::append_audit(tx, &root, &id, number, &audit.encode_to_vec())?;
-                let mut op = stored.clone();
-                if number == 1 {
-                    op.set_state(state_to_proto(OperationState::Signed));
-                }
-                op.signing = Some(pb::operation::Signing::Solana(pb::SolanaSigning {
-                    blockhash: bs58::encode(blockhash).into_string(),
-                    last_valid_block_height: last_valid,
-                    nonce_account: String::new(),
-                }));
-                op.attempts.push(pb::Attempt {
-                    number,
-                    tx_id: tx_id.clone(),
-                    outcome: pb::AttemptOutcome::Pending.into(),
-                    reason: if number == 1 {
-                        String::new()
-                    } else {
-                        "resign".into()
-                    },
-                    ..Default::default()
-                });
-                operations::put(tx, &root, Some(&stored), &mut op, now)?;
-                Ok(Ok(Signed {
-                    tx_id,
-                    attempt: number,
-                    already_signed: false,
-                }))
-            })
-            .await??;
-        if !outcome.already_signed {
-            tracing::info!(op.id = %op_id, signature = %outcome.tx_id, attempt = number, "solana operation signed");
-        }
-        Ok(outcome)
     }
 }
 

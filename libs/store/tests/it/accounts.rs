@@ -115,3 +115,50 @@ fn payloads_are_write_once() {
         Some(&b"signed-1"[..])
     );
 }
+
+#[test]
+fn nonce_accounts_are_registered_per_key_and_held_by_one_operation() {
+    let t = test_store("nonce-accounts");
+    let s = &t.store;
+    let root = s.root().clone();
+    for (cluster, authority, account) in [
+        ("localnet", "KeyA", "Nonce2"),
+        ("localnet", "KeyA", "Nonce1"),
+        ("localnet", "KeyB", "Nonce3"),
+        ("devnet", "KeyA", "Nonce4"),
+        ("localnet", "KeyA", "Nonce1"), // registering twice is harmless
+    ] {
+        s.run(|tx| accounts::register_nonce_account(tx, &root, cluster, authority, account))
+            .unwrap();
+    }
+    assert_eq!(
+        s.read(|tx| accounts::nonce_accounts(tx, &root, "localnet", "KeyA"))
+            .unwrap(),
+        ["Nonce1", "Nonce2"]
+    );
+    assert_eq!(
+        s.read(|tx| accounts::all_nonce_accounts(tx, &root))
+            .unwrap()
+            .len(),
+        4
+    );
+    assert_eq!(
+        s.read(|tx| accounts::nonce_holder(tx, &root, "localnet", "Nonce1"))
+            .unwrap(),
+        None
+    );
+    s.run(|tx| accounts::hold_nonce_account(tx, &root, "localnet", "Nonce1", "op-1"))
+        .unwrap();
+    assert_eq!(
+        s.read(|tx| accounts::nonce_holder(tx, &root, "localnet", "Nonce1"))
+            .unwrap()
+            .as_deref(),
+        Some("op-1")
+    );
+    assert_eq!(
+        s.read(|tx| accounts::nonce_holder(tx, &root, "devnet", "Nonce1"))
+            .unwrap(),
+        None,
+        "holders are per cluster"
+    );
+}

@@ -199,7 +199,11 @@ fn a_solana_transfer_signed_inside_the_token_verifies() {
         to: SolanaPubkey::from([42; 32]),
         lamports: Lamports(1_000_000),
     };
-    let message = sigcast_solana::transfer_message(&transfer, [5; 32], 0);
+    let message = sigcast_solana::transfer_message(
+        &transfer,
+        &sigcast_solana::Lifetime::Blockhash([5; 32]),
+        0,
+    );
     let signature = key.sign(&sigcast_solana::message_bytes(&message)).unwrap();
     assert!(
         sigcast_solana::verify(&sigcast_solana::assemble(message.clone(), &[signature])),
@@ -269,7 +273,11 @@ fn ed25519_keys_live_in_encrypted_keystores_too_and_sign_solana_transfers() {
         to: SolanaPubkey::from([1; 32]),
         lamports: Lamports(7),
     };
-    let message = sigcast_solana::transfer_message(&transfer, [9; 32], 0);
+    let message = sigcast_solana::transfer_message(
+        &transfer,
+        &sigcast_solana::Lifetime::Blockhash([9; 32]),
+        0,
+    );
     let signature = key.sign(&sigcast_solana::message_bytes(&message)).unwrap();
     assert!(sigcast_solana::verify(&sigcast_solana::assemble(
         message,

@@ -1,0 +1,506 @@
+//! Solana signing: a recent blockhash, or — for a key with durable-nonce accounts registered —
+//! a nonce account held by one operation at a time.
+//!
+//! A new signature for an operation is made only on proof, read by the signer itself from one
+//! of its endpoints, that none of its earlier transactions can land: past every attempt's last
+//! valid block height (blockhash), or the nonce account advanced past the value they carry
+//! (durable nonce), and in both cases no status for any of their signatures.
+
+use super::{Signed, Signer, already_signed, unix_millis};
+use crate::error::{Error, Result};
+use prost::Message;
+use sigcast_domain::Intent;
+use sigcast_domain::OperationState;
+use sigcast_domain::policy::policy_for;
+use sigcast_proto::sigcast::signer::v1::{AuditRecord, SignPurpose};
+use sigcast_proto::{pb, state_from_proto, state_to_proto};
+use sigcast_solana::{Lifetime, SolanaRpc};
+use sigcast_store::{accounts, operations};
+use std::time::SystemTime;
+
+/// Attempt reason of the transaction that only advances the nonce.
+const CANCEL: &str = "cancel";
+/// Attempt reason of a new signature after proven expiry.
+const RESIGN: &str = "resign";
+
+/// How an attempt is bound in time, before it is signed.
+enum Plan {
+    /// A recent blockhash and its last valid block height.
+    Blockhash([u8; 32], u64),
+    /// A durable nonce account of the operation's key and its current value.
+    Nonce { account: [u8; 32], value: [u8; 32] },
+}
+
+fn b58(bytes: &[u8]) -> String {
+    bs58::encode(bytes).into_string()
+}
+
+fn pubkey(text: &str) -> Option<[u8; 32]> {
+    bs58::decode(text).into_vec().ok()?.try_into().ok()
+}
+
+impl Signer {
+    /// Signs a recorded Solana operation: reads its lifetime (a recent blockhash at
+    /// `confirmed`, or the value of a free durable-nonce account of its key), then in one store
+    /// transaction builds the message, signs it with every key it needs, and persists it.
+    pub(super) async fn sign_solana(&self, op: pb::Operation, caller: &str) -> Result<Signed> {
+        self.solana_attempt(op, 1, caller).await
+    }
+
+    fn solana_rpc(&self, op: &pb::Operation) -> Result<&SolanaRpc> {
+        let cluster = op.chain.trim_start_matches("solana:");
+        self.solana
+            .get(cluster)
+            .map(|(rpc, _)| rpc)
+            .ok_or_else(|| Error::UnknownChain {
+                op_id: op.op_id.clone(),
+                chain: op.chain.clone(),
+            })
+    }
+
+    async fn read_op(&self, op_id: &str) -> Result<pb::Operation> {
+        let root = self.store.root().clone();
+        let id = op_id.to_owned();
+        self.store
+            .read_async(move |tx| operations::get(tx, &root, &id))
+            .await?
+            .ok_or_else(|| Error::NotFound(op_id.to_owned()))
+    }
+
+    /// Signs a Solana operation again (a fresh blockhash, or the nonce's new value) — only
+    /// after checking, from one of its own endpoints, what the broadcaster claims: no attempt
+    /// can land any more, and none has.
+    pub async fn resign_solana(
+        &self,
+        op_id: &str,
+        replaces_attempt: u32,
+        caller: &str,
+    ) -> Result<Signed> {
+        let op = self.read_op(op_id).await?;
+        let not_signable = |why: &str| Error::NotSignable {
+            op_id: op_id.to_owned(),
+            state: format!("{} ({why})", op.state().as_str_name()),
+        };
+        let Some(last) = op.attempts.last() else {
+            return Err(not_signable("no attempt"));
+        };
+        if last.number != replaces_attempt {
+            return Ok(Signed {
+                tx_id: last.tx_id.clone(),
+                attempt: last.number,
+                already_signed: true,
+            });
+        }
+        let (Some(pb::operation::Signing::Solana(signing)), pb::OperationState::Sent) =
+            (&op.signing, op.state())
+        else {
+            return Err(not_signable("only a sent Solana operation is re-signed"));
+        };
+        if op.attempts.iter().any(|a| a.reason == CANCEL) {
+            return Err(not_signable("a cancel was signed; it is not re-signed"));
+        }
+        let rpc = self.solana_rpc(&op)?;
+        let signatures: Vec<String> = op.attempts.iter().map(|a| a.tx_id.clone()).collect();
+        let nonce_account = pubkey(&signing.nonce_account);
+        let mut proven = false;
+        for url in rpc.urls() {
+            let (landed, past) = match nonce_account {
+                Some(account) => {
+                    let Ok(view) = rpc.nonce_view_from(url, &account, &signatures).await else {
+                        continue;
+                    };
+                    let advanced = view
+                        .nonce
+                        .is_some_and(|n| b58(&n.value) != signing.blockhash);
+                    (view.statuses.iter().any(Option::is_some), advanced)
+                }
+                None => {
+                    let Ok((height, statuses)) = rpc.view_from(url, &signatures).await else {
+                        continue;
+                    };
+                    (
+                        statuses.iter().any(Option::is_some),
+                        height > signing.last_valid_block_height,
+                    )
+                }
+            };
+            if landed {
+                return Err(not_signable("an attempt has landed"));
+            }
+            if past {
+                proven = true;
+                break;
+            }
+        }
+        if !proven {
+            return Err(not_signable(if nonce_account.is_some() {
+                "no endpoint shows the nonce account advanced past the attempts' value"
+            } else {
+                "no endpoint shows every attempt's blockhash expired"
+            }));
+        }
+        self.solana_attempt(op.clone(), replaces_attempt + 1, caller)
+            .await
+    }
+
+    /// The lifetime of attempt `number`: the nonce account the operation already holds, or a
+    /// free one of its key, or — for a key without nonce accounts — a recent blockhash.
+    async fn plan(&self, op: &pb::Operation, rpc: &SolanaRpc, number: u32) -> Result<Plan> {
+        let op_id = op.op_id.clone();
+        let chain_error = |source| Error::Chain {
+            op_id: op_id.clone(),
+            source,
+        };
+        let held = match &op.signing {
+            Some(pb::operation::Signing::Solana(s)) if !s.nonce_account.is_empty() => {
+                Some((s.nonce_account.clone(), s.blockhash.clone()))
+            }
+            _ => None,
+        };
+        let account = match held {
+            Some((account, _)) => Some(account),
+            None => self.free_nonce_account(op).await?,
+        };
+        let Some(account) = account else {
+            let (hash, last_valid) = rpc.latest_blockhash().await.map_err(chain_error)?;
+            return Ok(Plan::Blockhash(hash, last_valid));
+        };
+        let bytes = pubkey(&account).ok_or_else(|| Error::BadIntent {
+            op_id: op_id.clone(),
+            reason: format!("nonce account {account:?} is not a base58 public key"),
+        })?;
+        let state = rpc
+            .nonce(&bytes)
+            .await
+            .map_err(chain_error)?
+            .ok_or_else(|| Error::NotSignable {
+                op_id: op_id.clone(),
+                state: format!("waiting: nonce account {account} is not an initialized nonce"),
+            })?;
+        if b58(&state.authority) != op.account {
+            return Err(Error::BadIntent {
+                op_id: op_id.clone(),
+                reason: format!(
+                    "nonce account {account} is advanced by {}, not by the operation's key {}",
+                    b58(&state.authority),
+                    op.account
+                ),
+            });
+        }
+        if number > 1 && op.signing.as_ref().is_some_and(|s| matches!(s, pb::operation::Signing::Solana(s) if s.blockhash == b58(&state.value))) {
+            // A lagging endpoint: signing at the consumed value again would only waste a fee.
+            return Err(Error::NotSignable {
+                op_id,
+                state: "SENT (the endpoint read still shows the consumed nonce value)".into(),
+            });
+        }
+        Ok(Plan::Nonce {
+            account: bytes,
+            value: state.value,
+        })
+    }
+
+    /// A registered nonce account of the operation's key that no operation in flight holds;
+    /// `None` when the key has none registered. Checked again when it is taken.
+    async fn free_nonce_account(&self, op: &pb::Operation) -> Result<Option<String>> {
+        let root = self.store.root().clone();
+        let cluster = op.chain.trim_start_matches("solana:").to_owned();
+        let (authority, op_id) = (op.account.clone(), op.op_id.clone());
+        let (registered, free) = self
+            .store
+            .read_async(move |tx| {
+                let registered = accounts::nonce_accounts(tx, &root, &cluster, &authority)?;
+                for account in &registered {
+                    if holder_is_done(tx, &root, &cluster, account, &op_id)? {
+                        return Ok((registered.len(), Some(account.clone())));
+                    }
+                }
+                Ok((registered.len(), None))
+            })
+            .await?;
+        match (registered, free) {
+            (0, _) => Ok(None),
+            (_, Some(account)) => Ok(Some(account)),
+            (count, None) => Err(Error::NonceAccountsBusy {
+                op_id: op.op_id.clone(),
+                account: op.account.clone(),
+                count,
+            }),
+        }
+    }
+
+    /// Makes attempt `number` of a Solana operation: 1 signs a RECEIVED operation, more re-sign
+    /// a SENT one whose last attempt is `number - 1`.
+    async fn solana_attempt(&self, op: pb::Operation, number: u32, caller: &str) -> Result<Signed> {
+        let op_id = op.op_id.clone();
+        let intent = self.stored_intent(&op)?;
+        if !matches!(
+            intent,
+            Intent::SolanaTransfer(_) | Intent::SolanaInstructions(_)
+        ) {
+            return Err(Error::UnknownChain {
+                op_id,
+                chain: intent.chain().to_string(),
+            });
+        }
+        if let Some(policy) = policy_for(&self.policies, &op.account) {
+            policy.check(&intent).map_err(|v| Error::PolicyDenied {
+                op_id: op_id.clone(),
+                rule: v.0,
+            })?;
+        }
+        let rpc = self.solana_rpc(&op)?;
+        let base_price = self.solana[op.chain.trim_start_matches("solana:")].1;
+        // A re-sign raises the priority fee: attempt n pays n times the base price.
+        let price = base_price.saturating_mul(u64::from(number));
+        let plan = self.plan(&op, rpc, number).await?;
+        let authority = pubkey(&op.account).unwrap_or_default();
+        let lifetime = match plan {
+            Plan::Blockhash(hash, _) => Lifetime::Blockhash(hash),
+            Plan::Nonce { account, value } => Lifetime::DurableNonce {
+                account,
+                authority,
+                value,
+            },
+        };
+        let message = match &intent {
+            Intent::SolanaTransfer(t) => sigcast_solana::transfer_message(t, &lifetime, price),
+            Intent::SolanaInstructions(list) => {
+                sigcast_solana::instructions_message(list, &lifetime, price)
+            }
+            _ => unreachable!("checked above"),
+        };
+        let signing = match plan {
+            Plan::Blockhash(hash, last_valid) => pb::SolanaSigning {
+                blockhash: b58(&hash),
+                last_valid_block_height: last_valid,
+                nonce_account: String::new(),
+            },
+            Plan::Nonce { account, value } => pb::SolanaSigning {
+                blockhash: b58(&value),
+                last_valid_block_height: 0,
+                nonce_account: b58(&account),
+            },
+        };
+        let purpose = if number == 1 {
+            SignPurpose::Initial
+        } else {
+            SignPurpose::Resign
+        };
+        let reason = if number == 1 { "" } else { RESIGN };
+        self.sign_solana_message(op, message, signing, number, purpose, reason, caller)
+            .await
+    }
+
+    /// Cancels a durable-nonce operation: a transaction that only advances its nonce account,
+    /// at the value its attempts carry. Whichever lands first decides: the cancel (nothing of
+    /// the operation can land after it) or the operation (the cancel then fails to land).
+    pub(super) async fn cancel_solana(
+        &self,
+        op_id: &str,
+        replaces_attempt: u32,
+        caller: &str,
+    ) -> Result<Signed> {
+        let op = self.read_op(op_id).await?;
+        let not_signable = |why: &str| Error::NotSignable {
+            op_id: op_id.to_owned(),
+            state: format!("{} ({why})", op.state().as_str_name()),
+        };
+        if !matches!(
+            state_from_proto(op.state()),
+            Some(OperationState::Signed | OperationState::Sent)
+        ) {
+            return Err(not_signable(
+                "only a signed or sent operation is cancelled on chain",
+            ));
+        }
+        if let Some(done) = op.attempts.iter().find(|a| a.reason == CANCEL) {
+            return Ok(Signed {
+                tx_id: done.tx_id.clone(),
+                attempt: done.number,
+                already_signed: true,
+            });
+        }
+        let Some(last) = op.attempts.last() else {
+            return Err(not_signable("no attempt"));
+        };
+        if last.number != replaces_attempt {
+            return Ok(Signed {
+                tx_id: last.tx_id.clone(),
+                attempt: last.number,
+                already_signed: true,
+            });
+        }
+        let Some(pb::operation::Signing::Solana(signing)) = &op.signing else {
+            return Err(not_signable("not a Solana operation"));
+        };
+        let (Some(account), Some(value), Some(authority)) = (
+            pubkey(&signing.nonce_account),
+            pubkey(&signing.blockhash),
+            pubkey(&op.account),
+        ) else {
+            return Err(not_signable(
+                "a recent-blockhash operation is cancelled by letting its blockhash expire",
+            ));
+        };
+        let message = sigcast_solana::advance_nonce_message(account, authority, value);
+        let signing = signing.clone();
+        self.sign_solana_message(
+            op,
+            message,
+            signing,
+            replaces_attempt + 1,
+            SignPurpose::Cancel,
+            CANCEL,
+            caller,
+        )
+        .await
+    }
+
+    /// In one store transaction: checks the operation is where the caller saw it and that it
+    /// holds its nonce account (if any), signs `message` with every key it needs, persists the
+    /// transaction and its audit record, and records the attempt.
+    #[allow(clippy::too_many_arguments)]
+    async fn sign_solana_message(
+        &self,
+        op: pb::Operation,
+        message: sigcast_solana::Message,
+        signing: pb::SolanaSigning,
+        number: u32,
+        purpose: SignPurpose,
+        reason: &'static str,
+        caller: &str,
+    ) -> Result<Signed> {
+        let op_id = op.op_id.clone();
+        let keys = sigcast_solana::signers(&message)
+            .into_iter()
+            .map(|signer| {
+                self.keys.ed25519(&signer).ok_or_else(|| Error::NoKey {
+                    op_id: op_id.clone(),
+                    account: b58(&signer),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let root = self.store.root().clone();
+        let now = SystemTime::now();
+        let caller = caller.to_owned();
+        let id = op_id.clone();
+        let cluster = op.chain.trim_start_matches("solana:").to_owned();
+        let outcome = self
+            .store
+            .run_async(move |tx| {
+                let Some(stored) = operations::get(tx, &root, &id)? else {
+                    return Ok(Err(Error::NotFound(id.clone())));
+                };
+                if number == 1 {
+                    if let Some(done) = already_signed(&stored).transpose() {
+                        return Ok(done);
+                    }
+                } else if let Some(last) = stored
+                    .attempts
+                    .last()
+                    .filter(|last| last.number != number - 1)
+                {
+                    // Someone signed meanwhile: that signature stands.
+                    return Ok(Ok(Signed {
+                        tx_id: last.tx_id.clone(),
+                        attempt: last.number,
+                        already_signed: true,
+                    }));
+                }
+                // DO NOT TURN THIS OFF: a nonce account's value is signed over by one operation
+                // at a time; another may take it only once its holder is terminal.
+                if !signing.nonce_account.is_empty() {
+                    let account = &signing.nonce_account;
+                    if !holder_is_done(tx, &root, &cluster, account, &id)? {
+                        let holder = accounts::nonce_holder(tx, &root, &cluster, account)?;
+                        return Ok(Err(Error::NonceAccountHeld {
+                            op_id: id.clone(),
+                            nonce_account: account.clone(),
+                            holder: holder.unwrap_or_default(),
+                        }));
+                    }
+                    accounts::hold_nonce_account(tx, &root, &cluster, account, &id)?;
+                }
+                let bytes = sigcast_solana::message_bytes(&message);
+                let mut signatures = Vec::with_capacity(keys.len());
+                for key in &keys {
+                    match key.sign(&bytes) {
+                        Ok(signature) => signatures.push(signature),
+                        Err(reason) => {
+                            return Ok(Err(Error::Sign {
+                                op_id: id.clone(),
+                                nonce: 0,
+                                reason,
+                            }));
+                        }
+                    }
+                }
+                let transaction = sigcast_solana::assemble(message.clone(), &signatures);
+                let tx_id = b58(&signatures[0]);
+                accounts::put_payload(
+                    tx,
+                    &root,
+                    &id,
+                    number,
+                    &sigcast_solana::wire_bytes(&transaction),
+                )?;
+                let audit = AuditRecord {
+                    op_id: id.clone(),
+                    attempt: number,
+                    purpose: purpose.into(),
+                    key_id: stored.account.clone(),
+                    digest: hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)),
+                    tx_id: tx_id.clone(),
+                    nonce: 0,
+                    time_unix_ms: unix_millis(now),
+                    caller: caller.clone(),
+                };
+                accounts::append_audit(tx, &root, &id, number, &audit.encode_to_vec())?;
+                let mut op = stored.clone();
+                if number == 1 {
+                    op.set_state(state_to_proto(OperationState::Signed));
+                }
+                op.signing = Some(pb::operation::Signing::Solana(signing.clone()));
+                op.attempts.push(pb::Attempt {
+                    number,
+                    tx_id: tx_id.clone(),
+                    outcome: pb::AttemptOutcome::Pending.into(),
+                    reason: reason.into(),
+                    ..Default::default()
+                });
+                operations::put(tx, &root, Some(&stored), &mut op, now)?;
+                Ok(Ok(Signed {
+                    tx_id,
+                    attempt: number,
+                    already_signed: false,
+                }))
+            })
+            .await??;
+        if !outcome.already_signed {
+            tracing::info!(op.id = %op_id, signature = %outcome.tx_id, attempt = number, purpose = purpose.as_str_name(), "solana transaction signed");
+        }
+        Ok(outcome)
+    }
+}
+
+/// Whether `op_id` may sign over a nonce account: nobody holds it, `op_id` does, or its holder
+/// is terminal (its transaction, or its cancel, advanced the nonce; or proof showed nothing of
+/// it can land).
+fn holder_is_done(
+    tx: &mut dyn sigcast_store::KvRead,
+    root: &sigcast_store::tuple::Subspace,
+    cluster: &str,
+    account: &str,
+    op_id: &str,
+) -> sigcast_store::Result<bool> {
+    let Some(holder) = accounts::nonce_holder(tx, root, cluster, account)? else {
+        return Ok(true);
+    };
+    if holder == op_id {
+        return Ok(true);
+    }
+    Ok(operations::get(tx, root, &holder)?
+        .and_then(|op| state_from_proto(op.state()))
+        .is_none_or(OperationState::is_terminal))
+}

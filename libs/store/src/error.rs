@@ -37,6 +37,16 @@ pub enum Error {
         /// Decoder message.
         reason: String,
     },
+    /// The store was written by a newer build: this one must not read or write it.
+    #[error(
+        "the store holds data format {found}, newer than this build's {ours}: refusing to run; finish the upgrade (or roll it back) so every service runs one version"
+    )]
+    NewerFormat {
+        /// The format the store records.
+        found: u32,
+        /// This build's format.
+        ours: u32,
+    },
     /// The blocking task running a transaction was lost (runtime shutting down).
     #[error("store task failed: {0}")]
     Task(String),

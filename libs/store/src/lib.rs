@@ -20,4 +20,4 @@ mod store;
 pub use error::{Error, Result};
 pub use foundationdb_tuple as tuple;
 pub use kv::{KvRead, KvTransaction};
-pub use store::{Backend, Store, StoreConfig};
+pub use store::{Backend, FORMAT_VERSION, Store, StoreConfig};

@@ -90,6 +90,10 @@ struct Inner {
     permits: Semaphore,
 }
 
+/// The data format this build reads and writes. Raise it with any change an older build would
+/// misread, together with the migration in [`Store::check_format`].
+pub const FORMAT_VERSION: u32 = 1;
+
 /// A handle on the store; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -127,13 +131,42 @@ impl Store {
                 });
             }
         };
-        Ok(Self {
+        let store = Self {
             inner: Arc::new(Inner {
                 engine,
                 root: Subspace::all().subspace(&config.namespace.as_str()),
                 permits: Semaphore::new(config.max_concurrency.max(1)),
             }),
-        })
+        };
+        store.check_format(FORMAT_VERSION)?;
+        Ok(store)
+    }
+
+    /// Records this binary's data format in an empty store, and refuses to run on a store
+    /// written by a newer format: during a rolling upgrade an old replica stops loudly instead
+    /// of misreading what a new one wrote. (An older format would be migrated here.)
+    pub fn check_format(&self, ours: u32) -> Result<()> {
+        let key = self.root().pack(&("meta", "format"));
+        let found = self.run(|tx| {
+            let found = match tx.get(&key)? {
+                Some(bytes) => Some(u32::from_be_bytes(bytes.as_slice().try_into().map_err(
+                    |_| Error::Corrupt {
+                        what: "store format",
+                        key: key.iter().map(|b| format!("{b:02x}")).collect(),
+                        reason: "not 4 bytes".into(),
+                    },
+                )?)),
+                None => None,
+            };
+            if found.is_none_or(|found| found < ours) {
+                tx.set(&key, &ours.to_be_bytes())?;
+            }
+            Ok(found)
+        })?;
+        match found {
+            Some(found) if found > ours => Err(Error::NewerFormat { found, ours }),
+            _ => Ok(()),
+        }
     }
 
     /// The subspace every key of this deployment lives in.

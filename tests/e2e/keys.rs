@@ -11,7 +11,7 @@ use sigcast_store::{Store, StoreConfig, accounts};
 use std::time::Duration;
 
 /// anvil's dev keys #0..#3: what must never appear outside the signer.
-const DEV_KEYS: [&str; 4] = [
+pub(crate) const DEV_KEYS: [&str; 4] = [
     "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
     "59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
     "5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
@@ -210,7 +210,7 @@ async fn a_caller_whose_uid_is_not_allowed_is_refused_and_logged() {
 }
 
 /// Every spelling of a 32-byte key an accident would print.
-fn spellings(key_hex: &str) -> Vec<String> {
+pub(crate) fn spellings(key_hex: &str) -> Vec<String> {
     let bytes = hex_bytes(key_hex);
     vec![
         key_hex.to_owned(),

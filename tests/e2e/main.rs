@@ -1,6 +1,7 @@
 //! End-to-end: the real `sigcast-gateway` binary, configured by file and environment, driven
 //! by the real grpcurl without proto files (server reflection), stopped by SIGTERM.
 
+mod chart;
 mod clients;
 mod direct;
 mod endpoints;
@@ -9,6 +10,7 @@ mod gateway;
 mod keys;
 mod mtls;
 mod naive;
+mod observability;
 mod replacements;
 mod runbook;
 mod solana;

@@ -109,6 +109,8 @@ pub struct StackOptions {
     pub solana_broadcaster_rpc: Option<String>,
     /// The signer's Solana priority fee, micro-lamports per compute unit.
     pub solana_compute_unit_price: u64,
+    /// An OTLP/gRPC receiver every service exports its spans to.
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Default for StackOptions {
@@ -130,6 +132,7 @@ impl Default for StackOptions {
             solana_accounts: 0,
             solana_broadcaster_rpc: None,
             solana_compute_unit_price: 0,
+            otlp_endpoint: None,
         }
     }
 }
@@ -175,6 +178,8 @@ pub struct Stack {
     pub dir: tempfile::TempDir,
     /// The Solana accounts (base58) whose Ed25519 keys the signer holds.
     pub solana_accounts: Vec<String>,
+    /// Each process's metrics address: "gateway", "signer-0", "broadcaster-0", …
+    pub metrics: Vec<(String, std::net::SocketAddr)>,
 }
 
 impl Stack {
@@ -276,6 +281,23 @@ impl Stack {
             String::from_utf8_lossy(&import.stderr)
         );
 
+        // Spans exported quickly (100 ms batches) to the test's receiver, if any.
+        let tracing_table = options
+            .otlp_endpoint
+            .as_ref()
+            .map(|url| format!("\n[tracing]\notlp_endpoint = \"{url}\"\n"))
+            .unwrap_or_default();
+        let telemetry_env: Vec<(String, String)> = if options.otlp_endpoint.is_some() {
+            vec![("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into())]
+        } else {
+            Vec::new()
+        };
+        let mut metrics = Vec::new();
+        let mut metrics_addr = |name: String| {
+            let addr = free_addr();
+            metrics.push((name, addr));
+            format!("metrics_listen = \"{addr}\"\n")
+        };
         let mut signers = Vec::new();
         let mut broadcasters = Vec::new();
         for replica in 0..options.replicas.max(1) {
@@ -285,25 +307,29 @@ impl Stack {
             // The signer API on a Unix socket, callers checked by uid; TCP serves health only.
             let socket = replica_dir.join("signer.sock");
             let signer_toml = format!(
-                "listen = \"{signer_addr}\"\nunix_socket = \"{}\"\n{}{keys}{store}{chain}{solana_table}{}",
+                "listen = \"{signer_addr}\"\nunix_socket = \"{}\"\n{}{}{keys}{store}{chain}{solana_table}{}{tracing_table}",
                 socket.display(),
+                metrics_addr(format!("signer-{replica}")),
                 options.signer_settings,
                 options.signer_tables
             );
+            let mut signer_env = options.signer_env.clone();
+            signer_env.extend(telemetry_env.clone());
             signers.push(
                 Service::start_with_env(
                     "sigcast-signer",
                     &replica_dir,
                     signer_addr,
                     &signer_toml,
-                    options.signer_env.clone(),
+                    signer_env,
                 )
                 .await,
             );
             let broadcaster_addr = free_addr();
             let broadcaster_toml = format!(
-                "listen = \"{broadcaster_addr}\"\nsigner_url = \"{}\"\npoll_ms = 100\n\
-                 rpc_timeout_ms = 2000\nrebroadcast_ms = 3000\nfee_bump_after_ms = {}\nconfirmations = {}\n{store}{send_chain}{broadcaster_solana_table}{}",
+                "listen = \"{broadcaster_addr}\"\n{}signer_url = \"{}\"\npoll_ms = 100\n\
+                 rpc_timeout_ms = 2000\nrebroadcast_ms = 3000\nfee_bump_after_ms = {}\nconfirmations = {}\n{store}{send_chain}{broadcaster_solana_table}{}{tracing_table}",
+                metrics_addr(format!("broadcaster-{replica}")),
                 options
                     .broadcaster_signer_url
                     .clone()
@@ -313,18 +339,29 @@ impl Stack {
                 options.broadcaster_tables
             );
             broadcasters.push(
-                Service::start(
+                Service::start_with_env(
                     "sigcast-broadcaster",
                     &replica_dir,
                     broadcaster_addr,
                     &broadcaster_toml,
+                    telemetry_env.clone(),
                 )
                 .await,
             );
         }
         let gateway_addr = free_addr();
-        let gateway_toml = format!("listen = \"{gateway_addr}\"\nwatch_poll_ms = 50\n{store}");
-        let gateway = Service::start("sigcast-gateway", path, gateway_addr, &gateway_toml).await;
+        let gateway_toml = format!(
+            "listen = \"{gateway_addr}\"\nwatch_poll_ms = 50\n{}{store}{tracing_table}",
+            metrics_addr("gateway".into())
+        );
+        let gateway = Service::start_with_env(
+            "sigcast-gateway",
+            path,
+            gateway_addr,
+            &gateway_toml,
+            telemetry_env,
+        )
+        .await;
         Self {
             anvil,
             proxy,
@@ -333,6 +370,7 @@ impl Stack {
             gateway,
             dir,
             solana_accounts,
+            metrics,
         }
     }
 
@@ -342,6 +380,15 @@ impl Stack {
             .path()
             .join(format!("replica-{replica}"))
             .join("signer.sock")
+    }
+
+    /// The metrics address of a process ("gateway", "signer-0", "broadcaster-0").
+    pub fn metrics_addr(&self, name: &str) -> std::net::SocketAddr {
+        self.metrics
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, addr)| *addr)
+            .unwrap_or_else(|| panic!("no process {name}"))
     }
 
     /// A client of the gateway.

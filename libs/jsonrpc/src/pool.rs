@@ -9,6 +9,7 @@ use crate::{Error, Result, RpcError};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde_json::{Value, json};
+use sigcast_telemetry::metrics;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -33,6 +34,8 @@ struct Health {
 #[derive(Debug)]
 struct Endpoint {
     url: String,
+    /// The URL without path or credentials, for metrics and debug lines.
+    label: String,
     health: Mutex<Health>,
 }
 
@@ -104,6 +107,7 @@ impl RpcPool {
             .iter()
             .map(|url| Endpoint {
                 url: url.clone(),
+                label: metrics::endpoint_label(url),
                 health: Mutex::new(Health {
                     latency_ewma: None,
                     consecutive_failures: 0,
@@ -134,9 +138,22 @@ impl RpcPool {
         let endpoint = &self.endpoints[index];
         let started = Instant::now();
         let result = self.post(&endpoint.url, method, params).await;
-        endpoint.record(
-            started.elapsed(),
-            result.is_ok() || matches!(result, Err(RpcError::Node { .. })),
+        let elapsed = started.elapsed();
+        let answered = result.is_ok() || matches!(result, Err(RpcError::Node { .. }));
+        endpoint.record(elapsed, answered);
+        let m = metrics::metrics();
+        let labels = [("endpoint", endpoint.label.as_str()), ("method", method)];
+        m.rpc_duration
+            .get_or_create(&metrics::owned(&labels))
+            .observe(elapsed.as_secs_f64());
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(RpcError::Node { .. }) => "node_error",
+            Err(_) => "failed",
+        };
+        metrics::inc(
+            &m.rpc_requests,
+            &[labels[0], labels[1], ("result", outcome)],
         );
         result
     }
@@ -200,15 +217,23 @@ impl RpcPool {
         let launch = |n: usize| {
             let index = order[n];
             let params = &params;
-            async move { self.call(index, method, params).await }
+            async move { (n, self.call(index, method, params).await) }
         };
+        // Which launches were hedges (fired on a timer, not after a failure).
+        let mut hedged = Vec::new();
         in_flight.push(launch(0));
         launched += 1;
         loop {
             let delay = self.endpoints[order[launched - 1]].hedge_delay();
             tokio::select! {
-                Some(result) = in_flight.next() => match result {
-                    Ok(value) => return Ok(value),
+                Some((n, result)) = in_flight.next() => match result {
+                    Ok(value) => {
+                        if hedged.contains(&n) {
+                            let label = self.endpoints[order[n]].label.as_str();
+                            metrics::inc(&metrics::metrics().hedges_won, &[("endpoint", label)]);
+                        }
+                        return Ok(value);
+                    }
                     Err(error) => {
                         tracing::debug!(%error, method, "read failed");
                         errors.push(error);
@@ -221,7 +246,9 @@ impl RpcPool {
                     }
                 },
                 _ = tokio::time::sleep(delay), if launched < order.len() => {
-                    tracing::debug!(method, endpoint = %self.endpoints[order[launched]].url, "hedging read");
+                    tracing::debug!(method, endpoint = %self.endpoints[order[launched]].label, "hedging read");
+                    metrics::inc(&metrics::metrics().hedges_fired, &[("method", method)]);
+                    hedged.push(launched);
                     in_flight.push(launch(launched));
                     launched += 1;
                 }

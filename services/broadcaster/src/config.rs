@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use sigcast_store::StoreConfig;
-use sigcast_telemetry::LogConfig;
+use sigcast_telemetry::{LogConfig, TracingConfig};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -46,6 +46,10 @@ pub struct Config {
     pub concurrency: usize,
     /// Logging.
     pub log: LogConfig,
+    /// Trace export (`[tracing]`): OTLP endpoint and sampling.
+    pub tracing: TracingConfig,
+    /// Address of the Prometheus metrics endpoint (`GET /metrics`); none: not served.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// The broadcaster's side of mutual TLS with the signer.
@@ -102,6 +106,8 @@ impl Default for Config {
             rpc_timeout_ms: 5_000,
             concurrency: 32,
             log: LogConfig::default(),
+            tracing: TracingConfig::default(),
+            metrics_listen: None,
         }
     }
 }
@@ -110,6 +116,9 @@ impl ServiceConfig for Config {
     const ENV_PREFIX: &'static str = ENV_PREFIX;
 
     fn validate(&self) -> Result<(), ConfigError> {
+        self.tracing.validate().map_err(|rule| {
+            ConfigError::invalid("tracing.sample_ratio / tracing.otlp_endpoint", rule)
+        })?;
         let invalid = |field, rule: &str| Err(ConfigError::invalid(field, rule));
         if self.evm_chains.iter().any(|c| c.rpc_urls.is_empty()) {
             return invalid(

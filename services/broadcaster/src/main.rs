@@ -25,9 +25,13 @@ fn main() -> std::process::ExitCode {
 async fn serve() -> anyhow::Result<()> {
     let args = Args::parse();
     let config = Config::load(args.config.as_deref())?;
-    sigcast_telemetry::init(&config.log);
+    let telemetry = sigcast_telemetry::init("sigcast-broadcaster", &config.log, &config.tracing)?;
+    sigcast_telemetry::metrics::spawn(config.metrics_listen).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
-    sigcast_broadcaster::run(config, listener, sigcast_runtime::shutdown_signal()).await
+    let result =
+        sigcast_broadcaster::run(config, listener, sigcast_runtime::shutdown_signal()).await;
+    telemetry.shutdown().await;
+    result
 }

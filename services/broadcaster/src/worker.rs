@@ -16,10 +16,13 @@ use sigcast_proto::{pb, state_to_proto};
 use sigcast_solana::SolanaRpc;
 use sigcast_store::operations::{self, ListFilter};
 use sigcast_store::{Store, accounts};
+use sigcast_telemetry::metrics;
+use sigcast_telemetry::trace::op_span;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tonic::transport::Channel;
+use tracing::Instrument;
 
 /// Most operations of one state picked up per pass.
 const BATCH: usize = 1_000;
@@ -82,7 +85,10 @@ impl Worker {
     pub async fn pass(&self) -> anyhow::Result<()> {
         let received = self.in_state(pb::OperationState::Received).await?;
         futures::stream::iter(received)
-            .for_each_concurrent(self.concurrency, |op| async move { self.sign(op).await })
+            .for_each_concurrent(self.concurrency, |op| async move {
+                let span = op_span("Sign", &op.op_id);
+                self.sign(op).instrument(span).await
+            })
             .await;
 
         // Sends of one account go out in nonce order; accounts proceed side by side.
@@ -97,14 +103,23 @@ impl Worker {
             .for_each_concurrent(self.concurrency, |mut ops| async move {
                 ops.sort_by_key(evm_nonce);
                 for op in ops {
-                    self.first_send(op).await;
+                    let span = op_span("FirstSend", &op.op_id);
+                    self.first_send(op).instrument(span).await;
                 }
             })
             .await;
 
         let sent = self.in_state(pb::OperationState::Sent).await?;
         futures::stream::iter(sent)
-            .for_each_concurrent(self.concurrency, |op| async move { self.check(op).await })
+            .for_each_concurrent(self.concurrency, |op| async move {
+                let span = op_span("Check", &op.op_id);
+                span.record("chain", op.chain.as_str());
+                span.record("account", op.account.as_str());
+                if let Some(nonce) = evm_nonce(&op) {
+                    span.record("nonce", nonce);
+                }
+                self.check(op).instrument(span).await
+            })
             .await;
         Ok(())
     }
@@ -133,7 +148,7 @@ impl Worker {
             purpose: SignPurpose::Initial.into(),
             replaces_attempt: 0,
         };
-        match self.signer.clone().sign_operation(request).await {
+        match self.signer.clone().sign_operation(traced(request)).await {
             Ok(_) => {}
             Err(status) if refuses_the_operation(&status) => {
                 // The signer will never sign it (no key, or policy): it was never applied.
@@ -207,7 +222,7 @@ impl Worker {
             purpose: purpose.into(),
             replaces_attempt: last,
         };
-        match self.signer.clone().sign_operation(request).await {
+        match self.signer.clone().sign_operation(traced(request)).await {
             Ok(response) => Some(response.into_inner().attempt),
             Err(status) => {
                 tracing::warn!(op.id = %op.op_id, purpose = purpose.as_str_name(), code = ?status.code(), message = status.message(), "replacement not signed; will retry");
@@ -218,6 +233,20 @@ impl Worker {
 
     /// Sends an attempt's stored bytes to one endpoint and records the outcome.
     async fn send(&self, op: &pb::Operation, attempt: u32) {
+        let span = tracing::info_span!(
+            "send",
+            otel.name = "Send",
+            op.id = %op.op_id,
+            attempt,
+            endpoint = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        self.send_attempt(op, attempt, &span)
+            .instrument(span.clone())
+            .await;
+    }
+
+    async fn send_attempt(&self, op: &pb::Operation, attempt: u32, span: &tracing::Span) {
         let evm = self.chains.get(&op.chain);
         let solana = self.solana.get(&op.chain);
         if evm.is_none() && solana.is_none() {
@@ -284,6 +313,17 @@ impl Worker {
             },
         };
         tracing::info!(op.id = %op.op_id, attempt, %endpoint, outcome = outcome.as_str_name(), "sent");
+        span.record("endpoint", metrics::endpoint_label(&endpoint));
+        span.record("outcome", outcome.as_str_name());
+        let outcome_label = match outcome {
+            pb::AttemptOutcome::Accepted => "accepted",
+            pb::AttemptOutcome::Rejected => "rejected",
+            _ => "unknown",
+        };
+        metrics::inc(
+            &metrics::metrics().attempts,
+            &[("chain", op.chain.as_str()), ("outcome", outcome_label)],
+        );
         let now = SystemTime::now();
         self.update(&op.op_id, OperationState::Sent, move |op| {
             if let Some(a) = op.attempts.iter_mut().find(|a| a.number == attempt) {
@@ -527,6 +567,9 @@ impl Worker {
             .await;
         if let Some(op) = recorded {
             tracing::debug!(op.id = %op.op_id, attempt = number, ?purpose, "sending");
+            if purpose.is_none() {
+                metrics::inc(&metrics::metrics().resends, &[("chain", op.chain.as_str())]);
+            }
             self.send(&op, number).await;
         }
     }
@@ -780,6 +823,7 @@ impl Worker {
             })
             .await;
         if let Some(op) = recorded {
+            metrics::inc(&metrics::metrics().resends, &[("chain", op.chain.as_str())]);
             self.send(&op, number).await;
         }
     }
@@ -811,13 +855,58 @@ impl Worker {
             })
             .await;
         match result {
-            Ok(op) => op,
+            Ok(Some(op)) => {
+                if op.state() != state_to_proto(expected) {
+                    count_transition(&op);
+                }
+                Some(op)
+            }
+            Ok(None) => None,
             Err(error) => {
                 tracing::warn!(op.id = %op_id, %error, "store update failed; the next pass retries");
                 None
             }
         }
     }
+}
+
+/// Counts an operation entering its state and, once terminal, how an unknown send outcome
+/// (if its last send had one) was settled.
+fn count_transition(op: &pb::Operation) {
+    let state = op
+        .state()
+        .as_str_name()
+        .trim_start_matches("OPERATION_STATE_");
+    metrics::inc(&metrics::metrics().transitions, &[("state", state)]);
+    let terminal = matches!(
+        op.state(),
+        pb::OperationState::Confirmed
+            | pb::OperationState::Rejected
+            | pb::OperationState::Cancelled
+    );
+    if terminal
+        && op
+            .attempts
+            .iter()
+            .any(|a| a.outcome() == pb::AttemptOutcome::Unknown)
+    {
+        metrics::inc(
+            &metrics::metrics().unknown_resolved,
+            &[("chain", op.chain.as_str()), ("resolution", state)],
+        );
+    }
+}
+
+/// A signer request carrying the current span as W3C `traceparent`, so the signer's span
+/// hangs under ours.
+fn traced<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(value) = sigcast_telemetry::trace::traceparent(&tracing::Span::current())
+        .and_then(|v| tonic::metadata::MetadataValue::try_from(v).ok())
+    {
+        request.metadata_mut().insert("traceparent", value);
+    }
+    request
 }
 
 /// A lazy channel to the signer: `unix:/path/to.sock` (the signer checks our uid),

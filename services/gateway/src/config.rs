@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use sigcast_domain::IntentRules;
 use sigcast_store::StoreConfig;
-use sigcast_telemetry::LogConfig;
+use sigcast_telemetry::{LogConfig, TracingConfig};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -32,6 +32,10 @@ pub struct Config {
     pub watch_poll_ms: u64,
     /// Logging.
     pub log: LogConfig,
+    /// Trace export (`[tracing]`): OTLP endpoint and sampling.
+    pub tracing: TracingConfig,
+    /// Address of the Prometheus metrics endpoint (`GET /metrics`); none: not served.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Chains accepted at submit; anything else is INVALID_ARGUMENT.
@@ -64,6 +68,8 @@ impl Default for Config {
             policies: Vec::new(),
             watch_poll_ms: 200,
             log: LogConfig::default(),
+            tracing: TracingConfig::default(),
+            metrics_listen: None,
         }
     }
 }
@@ -91,6 +97,9 @@ impl ServiceConfig for Config {
     const ENV_PREFIX: &'static str = ENV_PREFIX;
 
     fn validate(&self) -> Result<(), ConfigError> {
+        self.tracing.validate().map_err(|rule| {
+            ConfigError::invalid("tracing.sample_ratio / tracing.otlp_endpoint", rule)
+        })?;
         let invalid = |field, rule: &str| Err(ConfigError::invalid(field, rule));
         if self.chains.evm_chain_ids.is_empty() && self.chains.solana_clusters.is_empty() {
             return invalid(

@@ -8,11 +8,14 @@ use sigcast_proto::{
 };
 use sigcast_store::Store;
 use sigcast_store::operations::{self, CancelOutcome, ListFilter, SubmitOutcome};
+use sigcast_telemetry::metrics;
+use sigcast_telemetry::trace::op_span;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 /// Page size when the request leaves it 0.
 const DEFAULT_PAGE_SIZE: u32 = 100;
@@ -263,14 +266,29 @@ impl OperationService for Gateway {
         &self,
         request: Request<pb::SubmitOperationRequest>,
     ) -> Result<Response<pb::SubmitOperationResponse>, Status> {
-        Ok(Response::new(self.submit(request.into_inner()).await?))
+        let span = op_span("SubmitOperation", &request.get_ref().op_id);
+        let result = self.submit(request.into_inner()).instrument(span).await;
+        let outcome = match &result {
+            Ok(response) if response.replayed => "replayed",
+            Ok(_) => "created",
+            Err(Error::OpIdConflict { .. }) => "conflict",
+            Err(Error::InvalidArgument(_)) => "invalid",
+            Err(Error::PolicyDenied { .. }) => "denied",
+            Err(_) => "failed",
+        };
+        metrics::inc(&metrics::metrics().submits, &[("result", outcome)]);
+        if outcome == "created" {
+            metrics::inc(&metrics::metrics().transitions, &[("state", "RECEIVED")]);
+        }
+        Ok(Response::new(result?))
     }
 
     async fn get_operation(
         &self,
         request: Request<pb::GetOperationRequest>,
     ) -> Result<Response<pb::GetOperationResponse>, Status> {
-        let operation = self.get(&request.get_ref().op_id).await?;
+        let span = op_span("GetOperation", &request.get_ref().op_id);
+        let operation = self.get(&request.get_ref().op_id).instrument(span).await?;
         Ok(Response::new(pb::GetOperationResponse {
             operation: Some(operation),
         }))
@@ -282,7 +300,8 @@ impl OperationService for Gateway {
         &self,
         request: Request<pb::WatchOperationRequest>,
     ) -> Result<Response<Self::WatchOperationStream>, Status> {
-        let first = self.get(&request.get_ref().op_id).await?;
+        let span = op_span("WatchOperation", &request.get_ref().op_id);
+        let first = self.get(&request.get_ref().op_id).instrument(span).await?;
         let (sender, receiver) = tokio::sync::mpsc::channel(4);
         let gateway = self.clone();
         tokio::spawn(async move { gateway.follow(first, sender).await });
@@ -302,7 +321,14 @@ impl OperationService for Gateway {
         &self,
         request: Request<pb::CancelOperationRequest>,
     ) -> Result<Response<pb::CancelOperationResponse>, Status> {
-        let operation = self.cancel(&request.get_ref().op_id).await?;
+        let span = op_span("CancelOperation", &request.get_ref().op_id);
+        let operation = self
+            .cancel(&request.get_ref().op_id)
+            .instrument(span)
+            .await?;
+        if operation.state() == pb::OperationState::Cancelled {
+            metrics::inc(&metrics::metrics().transitions, &[("state", "CANCELLED")]);
+        }
         Ok(Response::new(pb::CancelOperationResponse {
             operation: Some(operation),
         }))

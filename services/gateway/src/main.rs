@@ -46,9 +46,12 @@ async fn serve() -> anyhow::Result<()> {
         println!("{config:#?}");
         return Ok(());
     }
-    sigcast_telemetry::init(&config.log);
+    let telemetry = sigcast_telemetry::init("sigcast-gateway", &config.log, &config.tracing)?;
+    sigcast_telemetry::metrics::spawn(config.metrics_listen).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
-    sigcast_gateway::run(config, listener, sigcast_runtime::shutdown_signal()).await
+    let result = sigcast_gateway::run(config, listener, sigcast_runtime::shutdown_signal()).await;
+    telemetry.shutdown().await;
+    result
 }

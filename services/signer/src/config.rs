@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use sigcast_store::StoreConfig;
-use sigcast_telemetry::LogConfig;
+use sigcast_telemetry::{LogConfig, TracingConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -46,6 +46,10 @@ pub struct Config {
     pub policies: Vec<sigcast_domain::policy::KeyPolicy>,
     /// Logging.
     pub log: LogConfig,
+    /// Trace export (`[tracing]`): OTLP endpoint and sampling.
+    pub tracing: TracingConfig,
+    /// Address of the Prometheus metrics endpoint (`GET /metrics`); none: not served.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Mutual TLS for the signer API: callers must present a certificate issued by `client_ca`
@@ -124,6 +128,8 @@ impl Default for Config {
             rpc_timeout_ms: 10_000,
             policies: Vec::new(),
             log: LogConfig::default(),
+            tracing: TracingConfig::default(),
+            metrics_listen: None,
         }
     }
 }
@@ -132,6 +138,9 @@ impl ServiceConfig for Config {
     const ENV_PREFIX: &'static str = ENV_PREFIX;
 
     fn validate(&self) -> Result<(), ConfigError> {
+        self.tracing.validate().map_err(|rule| {
+            ConfigError::invalid("tracing.sample_ratio / tracing.otlp_endpoint", rule)
+        })?;
         for chain in &self.evm_chains {
             if chain.rpc_urls.is_empty() {
                 return Err(ConfigError::invalid(

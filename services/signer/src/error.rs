@@ -96,6 +96,23 @@ pub enum Error {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] sigcast_store::Error),
+    /// The request names a purpose this signer does not know.
+    #[error("purpose: unknown value {0}")]
+    UnknownPurpose(i32),
+}
+
+impl Error {
+    /// The reason a refusal is counted under, or `None` for a failure that is not a refusal.
+    pub fn refusal_reason(&self) -> Option<&'static str> {
+        Some(match self {
+            Error::NoKey { .. } => REFUSED_NO_KEY,
+            Error::PolicyDenied { .. } => REFUSED_BY_POLICY,
+            Error::Interlock(_) | Error::NonceAccountHeld { .. } => "INTERLOCK",
+            Error::NotSignable { .. } => "NOT_SIGNABLE",
+            Error::NotFound(_) => "NOT_RECORDED",
+            _ => return None,
+        })
+    }
 }
 
 /// ErrorInfo reason: the signer holds no key for the operation's account.
@@ -143,6 +160,7 @@ impl From<Error> for Status {
                 Status::unavailable(format!("{message}; retry the same op_id"))
             }
             Error::Sign { .. } => Status::internal(message),
+            Error::UnknownPurpose(_) => Status::invalid_argument(message),
         }
     }
 }

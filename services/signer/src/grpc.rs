@@ -1,8 +1,11 @@
 //! The signer's internal gRPC API.
 
+use crate::error::Error;
 use crate::sign::{Replacement, Signer};
 use sigcast_proto::sigcast::signer::v1 as api;
+use sigcast_telemetry::metrics;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 /// Who is calling: the peer uid on a Unix socket (checked against the allow-list when the
 /// connection was accepted), the client certificate's fingerprint over mTLS, else the TCP
@@ -45,31 +48,52 @@ impl api::signer_service_server::SignerService for Signer {
         &self,
         request: Request<api::SignOperationRequest>,
     ) -> Result<Response<api::SignOperationResponse>, Status> {
-        let caller = self.authorize(&request)?;
+        let traceparent = request
+            .metadata()
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let caller = self.authorize(&request).inspect_err(|_| {
+            metrics::inc(
+                &metrics::metrics().signer_refusals,
+                &[("reason", "CALLER_NOT_ALLOWED")],
+            );
+        })?;
         let request = request.into_inner();
         let op_id = sigcast_proto::parse_op_id("op_id", &request.op_id)
             .map_err(|v| Status::invalid_argument(v.to_string()))?;
-        let op_id = op_id.as_str();
-        let replacement =
-            |kind| self.sign_replacement(op_id, kind, request.replaces_attempt, &caller);
-        let signed = match api::SignPurpose::try_from(request.purpose) {
-            Ok(api::SignPurpose::Initial | api::SignPurpose::Unspecified) => {
-                self.sign(op_id, &caller).await?
+        let span = tracing::info_span!(
+            "op",
+            otel.name = "SignOperation",
+            op.id = %op_id,
+            purpose = request.purpose,
+            attempt = tracing::field::Empty,
+        );
+        sigcast_telemetry::trace::attach_remote(&span, op_id.as_str(), traceparent.as_deref());
+        let purpose = api::SignPurpose::try_from(request.purpose)
+            .unwrap_or(api::SignPurpose::Unspecified)
+            .as_str_name();
+        let result = self
+            .sign_request(op_id.as_str(), &request, &caller)
+            .instrument(span.clone())
+            .await;
+        match &result {
+            Ok(signed) => {
+                span.record("attempt", signed.attempt);
+                if !signed.already_signed {
+                    metrics::inc(&metrics::metrics().signatures, &[("purpose", purpose)]);
+                    if signed.attempt == 1 {
+                        metrics::inc(&metrics::metrics().transitions, &[("state", "SIGNED")]);
+                    }
+                }
             }
-            Ok(api::SignPurpose::FeeBump) => replacement(Replacement::FeeBump).await?,
-            Ok(api::SignPurpose::Cancel) => replacement(Replacement::Cancel).await?,
-            Ok(api::SignPurpose::GapFill) => replacement(Replacement::GapFill).await?,
-            Ok(api::SignPurpose::Resign) => {
-                self.resign_solana(op_id, request.replaces_attempt, &caller)
-                    .await?
+            Err(error) => {
+                if let Some(reason) = error.refusal_reason() {
+                    metrics::inc(&metrics::metrics().signer_refusals, &[("reason", reason)]);
+                }
             }
-            Err(_) => {
-                return Err(Status::invalid_argument(format!(
-                    "purpose: unknown value {}",
-                    request.purpose
-                )));
-            }
-        };
+        }
+        let signed = result?;
         Ok(Response::new(api::SignOperationResponse {
             tx_id: signed.tx_id,
             attempt: signed.attempt,
@@ -94,5 +118,31 @@ impl api::signer_service_server::SignerService for Signer {
             })
             .collect();
         Ok(Response::new(api::ListKeysResponse { keys }))
+    }
+}
+
+impl Signer {
+    /// Signs what `request` asks for.
+    async fn sign_request(
+        &self,
+        op_id: &str,
+        request: &api::SignOperationRequest,
+        caller: &str,
+    ) -> Result<crate::sign::Signed, Error> {
+        let replacement =
+            |kind| self.sign_replacement(op_id, kind, request.replaces_attempt, caller);
+        Ok(match api::SignPurpose::try_from(request.purpose) {
+            Ok(api::SignPurpose::Initial | api::SignPurpose::Unspecified) => {
+                self.sign(op_id, caller).await?
+            }
+            Ok(api::SignPurpose::FeeBump) => replacement(Replacement::FeeBump).await?,
+            Ok(api::SignPurpose::Cancel) => replacement(Replacement::Cancel).await?,
+            Ok(api::SignPurpose::GapFill) => replacement(Replacement::GapFill).await?,
+            Ok(api::SignPurpose::Resign) => {
+                self.resign_solana(op_id, request.replaces_attempt, caller)
+                    .await?
+            }
+            Err(_) => return Err(Error::UnknownPurpose(request.purpose)),
+        })
     }
 }

@@ -108,11 +108,16 @@ async fn serve() -> anyhow::Result<()> {
             if let Some(listen) = listen {
                 config.listen = listen;
             }
-            sigcast_telemetry::init(&config.log);
+            let telemetry =
+                sigcast_telemetry::init("sigcast-signer", &config.log, &config.tracing)?;
+            sigcast_telemetry::metrics::spawn(config.metrics_listen).await?;
             let listener = tokio::net::TcpListener::bind(config.listen)
                 .await
                 .with_context(|| format!("binding {}", config.listen))?;
-            sigcast_signer::run(config, listener, sigcast_runtime::shutdown_signal()).await
+            let result =
+                sigcast_signer::run(config, listener, sigcast_runtime::shutdown_signal()).await;
+            telemetry.shutdown().await;
+            result
         }
         Command::Nonce { command } => {
             match command {

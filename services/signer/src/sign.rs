@@ -354,6 +354,17 @@ impl Signer {
                     Ok(allocation) => allocation,
                     Err(taken) => return Ok(Err(Error::Interlock(taken))),
                 };
+                // A gauge set is idempotent: a body re-run after an unknown commit sets it again.
+                sigcast_telemetry::metrics::metrics()
+                    .nonce_lag
+                    .get_or_create(&sigcast_telemetry::metrics::owned(&[
+                        ("chain", stored.chain.as_str()),
+                        ("account", account.as_str()),
+                    ]))
+                    .set(
+                        i64::try_from(allocation.nonce.saturating_sub(chain_nonce))
+                            .unwrap_or(i64::MAX),
+                    );
                 if let Some((store_next, chain_next)) = allocation.external_gap {
                     tracing::warn!(
                         op.id = %id, account = %account, store_next, chain_next,

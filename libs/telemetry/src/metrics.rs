@@ -1,0 +1,256 @@
+//! Prometheus metrics: one registry per process holding every family sigcast defines, served
+//! as text at `GET /metrics`. A service increments the families of what it does; the others
+//! stay empty.
+//!
+//! Labels never carry secrets: endpoints appear as scheme://host:port (their paths often hold
+//! API keys), accounts as public addresses.
+
+use http_body_util::Full;
+use hyper::body::Bytes;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::future::Future;
+use std::sync::LazyLock;
+use tokio::net::TcpListener;
+
+/// A label set: (name, value) pairs.
+pub type Labels = Vec<(&'static str, String)>;
+type Histograms = Family<Labels, Histogram, fn() -> Histogram>;
+
+/// Every metric family of sigcast.
+pub struct Metrics {
+    registry: Registry,
+    /// Submits by result: created, replayed, conflict, invalid, denied.
+    pub submits: Family<Labels, Counter>,
+    /// Operations entering a state (recorded by the service that moves them).
+    pub transitions: Family<Labels, Counter>,
+    /// Sends by chain and outcome: accepted, rejected, unknown.
+    pub attempts: Family<Labels, Counter>,
+    /// Operations that had an unknown send outcome, by how chain state settled them.
+    pub unknown_resolved: Family<Labels, Counter>,
+    /// Byte-identical resends of a stored transaction.
+    pub resends: Family<Labels, Counter>,
+    /// JSON-RPC requests by endpoint, method and result (ok, node_error, failed).
+    pub rpc_requests: Family<Labels, Counter>,
+    /// JSON-RPC latency by endpoint and method.
+    pub rpc_duration: Histograms,
+    /// Reads hedged to a further endpoint, by method.
+    pub hedges_fired: Family<Labels, Counter>,
+    /// Hedged reads answered first by the hedge, by endpoint.
+    pub hedges_won: Family<Labels, Counter>,
+    /// Nonces in flight per account: the nonce just signed minus the chain's count.
+    pub nonce_lag: Family<Labels, Gauge>,
+    /// Signatures made, by purpose.
+    pub signatures: Family<Labels, Counter>,
+    /// Signer refusals, by reason.
+    pub signer_refusals: Family<Labels, Counter>,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("sigcast");
+        let metrics = Self {
+            registry: Registry::default(),
+            submits: Family::default(),
+            transitions: Family::default(),
+            attempts: Family::default(),
+            unknown_resolved: Family::default(),
+            resends: Family::default(),
+            rpc_requests: Family::default(),
+            rpc_duration: Family::new_with_constructor(latency_histogram),
+            hedges_fired: Family::default(),
+            hedges_won: Family::default(),
+            nonce_lag: Family::default(),
+            signatures: Family::default(),
+            signer_refusals: Family::default(),
+        };
+        let m = &metrics;
+        registry.register(
+            "submits",
+            "SubmitOperation calls by result",
+            m.submits.clone(),
+        );
+        registry.register(
+            "operation_transitions",
+            "Operations entering a state",
+            m.transitions.clone(),
+        );
+        registry.register(
+            "attempts",
+            "Transaction sends by chain and outcome",
+            m.attempts.clone(),
+        );
+        registry.register(
+            "unknown_outcomes_resolved",
+            "Operations with an unknown send outcome, by how chain state settled them",
+            m.unknown_resolved.clone(),
+        );
+        registry.register(
+            "resends",
+            "Byte-identical resends of a stored transaction",
+            m.resends.clone(),
+        );
+        registry.register(
+            "rpc_requests",
+            "JSON-RPC requests by endpoint, method and result",
+            m.rpc_requests.clone(),
+        );
+        registry.register(
+            "rpc_duration_seconds",
+            "JSON-RPC latency by endpoint and method",
+            m.rpc_duration.clone(),
+        );
+        registry.register(
+            "rpc_hedges_fired",
+            "Reads hedged to a further endpoint",
+            m.hedges_fired.clone(),
+        );
+        registry.register(
+            "rpc_hedges_won",
+            "Hedged reads answered first by the hedge",
+            m.hedges_won.clone(),
+        );
+        registry.register(
+            "nonce_lag",
+            "Nonces in flight per account",
+            m.nonce_lag.clone(),
+        );
+        registry.register(
+            "signatures",
+            "Signatures made, by purpose",
+            m.signatures.clone(),
+        );
+        registry.register(
+            "signer_refusals",
+            "Signer refusals, by reason",
+            m.signer_refusals.clone(),
+        );
+        Self {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// The registry in the text exposition format.
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        encode(&mut text, &self.registry).expect("writing to a String cannot fail");
+        text
+    }
+}
+
+/// The process's metrics.
+pub fn metrics() -> &'static Metrics {
+    static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+    &METRICS
+}
+
+/// Adds one to `family` at `labels`.
+pub fn inc(family: &Family<Labels, Counter>, labels: &[(&'static str, &str)]) {
+    family.get_or_create(&owned(labels)).inc();
+}
+
+/// The label set of `labels`.
+pub fn owned(labels: &[(&'static str, &str)]) -> Labels {
+    labels.iter().map(|(k, v)| (*k, (*v).to_owned())).collect()
+}
+
+/// An endpoint as a label: scheme, host and port only; the path and query (where providers put
+/// API keys) and any user info are dropped.
+pub fn endpoint_label(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority.rsplit('@').next().unwrap_or_default();
+    if scheme.is_empty() {
+        host.to_owned()
+    } else {
+        format!("{scheme}://{host}")
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until `shutdown` completes.
+pub async fn serve(listener: TcpListener, shutdown: impl Future<Output = ()>) {
+    use hyper::service::service_fn;
+    use hyper::{Method, Request, Response, StatusCode};
+    let accept = async {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let service = service_fn(|request: Request<hyper::body::Incoming>| async move {
+                    let response =
+                        if request.method() == Method::GET && request.uri().path() == "/metrics" {
+                            Response::builder()
+                                .header(
+                                    hyper::header::CONTENT_TYPE,
+                                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                                )
+                                .body(Full::new(Bytes::from(metrics().render())))
+                        } else {
+                            Response::builder()
+                                .status(StatusCode::NOT_FOUND)
+                                .body(Full::new(Bytes::from_static(b"metrics are at /metrics\n")))
+                        };
+                    Ok::<_, hyper::http::Error>(response.expect("static response parts"))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    };
+    tokio::select! {
+        () = accept => {}
+        () = shutdown => {}
+    }
+}
+
+/// Serves the metrics at `addr`, if one is configured, for the life of the process.
+pub async fn spawn(addr: Option<std::net::SocketAddr>) -> Result<(), crate::Error> {
+    let Some(addr) = addr else { return Ok(()) };
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| crate::Error::Metrics { addr, source })?;
+    tracing::info!(%addr, "metrics at /metrics");
+    tokio::spawn(serve(listener, std::future::pending()));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_labels_keep_no_path_query_or_credentials() {
+        assert_eq!(
+            endpoint_label("https://eth-mainnet.g.alchemy.com/v2/SECRETKEY"),
+            "https://eth-mainnet.g.alchemy.com"
+        );
+        assert_eq!(
+            endpoint_label("http://user:pw@127.0.0.1:8545/?key=x"),
+            "http://127.0.0.1:8545"
+        );
+        assert_eq!(endpoint_label("127.0.0.1:8545"), "127.0.0.1:8545");
+    }
+
+    #[test]
+    fn the_registry_renders_what_was_counted() {
+        inc(&metrics().submits, &[("result", "replayed")]);
+        let text = metrics().render();
+        assert!(text.contains("# TYPE sigcast_submits counter"), "{text}");
+        assert!(
+            text.contains("sigcast_submits_total{result=\"replayed\"} 1"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"));
+    }
+}

@@ -1,0 +1,206 @@
+//! One operation, one trace: the trace id of every span about an operation is derived from its
+//! op_id, so the gateway, the signer, the broadcaster — every attempt, every restart — add to
+//! the same trace without having to pass anything along. The W3C `traceparent` still travels
+//! in gRPC metadata between services, so a signer span hangs under the broadcaster span that
+//! asked for it.
+
+use crate::{Error, TracingConfig};
+use opentelemetry::Context;
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::OnceLock;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// Domain separation of the op_id → trace id derivation; changing it splits every trace.
+const TRACE_ID_PREFIX: &[u8] = b"sigcast/trace/v1\0";
+
+/// The configured sampling ratio, once telemetry is initialised.
+static SAMPLE_RATIO: OnceLock<f64> = OnceLock::new();
+
+fn digest(op_id: &str) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(TRACE_ID_PREFIX);
+    hasher.update(op_id.as_bytes());
+    hasher.finalize().into()
+}
+
+/// The trace id of an operation: the first 16 bytes of SHA-256(prefix ‖ op_id).
+pub fn op_trace_id(op_id: &str) -> TraceId {
+    let bytes: [u8; 16] = digest(op_id)[..16].try_into().expect("16 of 32 bytes");
+    TraceId::from_bytes(bytes)
+}
+
+/// Whether an operation is traced: a ratio test on its trace id, the same in every service.
+fn sampled(trace_id: TraceId, ratio: f64) -> bool {
+    if ratio >= 1.0 {
+        return true;
+    }
+    let low = u64::from_be_bytes(trace_id.to_bytes()[8..].try_into().expect("8 bytes"));
+    (low >> 1) < (ratio.max(0.0) * (1u64 << 63) as f64) as u64
+}
+
+/// The operation's root: a remote parent with the derived trace id and a derived span id.
+fn op_root(op_id: &str) -> SpanContext {
+    let hash = digest(op_id);
+    let trace_id = op_trace_id(op_id);
+    let mut span_id: [u8; 8] = hash[16..24].try_into().expect("8 bytes");
+    if span_id == [0; 8] {
+        span_id[7] = 1; // an all-zero span id is invalid
+    }
+    let ratio = SAMPLE_RATIO.get().copied().unwrap_or(1.0);
+    let flags = if sampled(trace_id, ratio) {
+        TraceFlags::SAMPLED
+    } else {
+        TraceFlags::default()
+    };
+    SpanContext::new(
+        trace_id,
+        SpanId::from_bytes(span_id),
+        flags,
+        true,
+        TraceState::default(),
+    )
+}
+
+/// A span about one operation, named `name` in the trace, in the operation's trace. Its
+/// `chain`, `account`, `nonce`, `attempt`, `endpoint` and `outcome` are recorded as they
+/// become known (`span.record(..)`); log lines inside it carry its `op.id`.
+pub fn op_span(name: &'static str, op_id: &str) -> tracing::Span {
+    let span = tracing::info_span!(
+        "op",
+        otel.name = name,
+        op.id = %op_id,
+        chain = tracing::field::Empty,
+        account = tracing::field::Empty,
+        nonce = tracing::field::Empty,
+        attempt = tracing::field::Empty,
+        endpoint = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
+    attach_op(&span, op_id);
+    span
+}
+
+/// Puts `span` into its operation's trace. Call it right after creating a span about one
+/// operation, before entering it.
+pub fn attach_op(span: &tracing::Span, op_id: &str) {
+    let _ = span.set_parent(Context::new().with_remote_span_context(op_root(op_id)));
+}
+
+/// Puts `span` under the caller's span named by a W3C `traceparent`, when that caller traced
+/// the same operation; otherwise into the operation's trace as [`attach_op`] does.
+pub fn attach_remote(span: &tracing::Span, op_id: &str, traceparent: Option<&str>) {
+    let parent = traceparent.and_then(|value| {
+        let carrier = HashMap::from([("traceparent".to_owned(), value.to_owned())]);
+        let context = TraceContextPropagator::new().extract(&Carrier(carrier));
+        let remote = context.span().span_context().clone();
+        (remote.is_valid() && remote.trace_id() == op_trace_id(op_id)).then_some(context)
+    });
+    match parent {
+        Some(context) => {
+            let _ = span.set_parent(context);
+        }
+        None => attach_op(span, op_id),
+    }
+}
+
+/// The W3C `traceparent` naming `span`, for the next service to continue its trace; `None`
+/// when spans are not exported.
+pub fn traceparent(span: &tracing::Span) -> Option<String> {
+    let context = span.context();
+    if !context.span().span_context().is_valid() {
+        return None;
+    }
+    let mut carrier = Carrier(HashMap::new());
+    TraceContextPropagator::new().inject_context(&context, &mut carrier);
+    carrier.0.remove("traceparent")
+}
+
+struct Carrier(HashMap<String, String>);
+
+impl Injector for Carrier {
+    fn set(&mut self, key: &str, value: String) {
+        self.0.insert(key.to_owned(), value);
+    }
+}
+
+impl Extractor for Carrier {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(String::as_str).collect()
+    }
+}
+
+/// The tracer provider exporting over OTLP/gRPC, or `None` when no endpoint is configured.
+/// Only operations' spans are exported: a span with no operation above it is not sampled.
+pub(crate) fn provider(
+    service: &'static str,
+    config: &TracingConfig,
+) -> Result<Option<opentelemetry_sdk::trace::SdkTracerProvider>, Error> {
+    let _ = SAMPLE_RATIO.set(config.sample_ratio);
+    if config.otlp_endpoint.is_empty() {
+        return Ok(None);
+    }
+    use opentelemetry_otlp::WithExportConfig;
+    use opentelemetry_sdk::trace::{
+        Sampler, span_processor_with_async_runtime::BatchSpanProcessor,
+    };
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(&config.otlp_endpoint)
+        .build()
+        .map_err(|source| Error::Exporter {
+            endpoint: config.otlp_endpoint.clone(),
+            source,
+        })?;
+    // The tonic exporter needs the tokio runtime: the batch processor runs on it.
+    let processor =
+        BatchSpanProcessor::builder(exporter, opentelemetry_sdk::runtime::Tokio).build();
+    let resource = opentelemetry_sdk::Resource::builder()
+        .with_service_name(service)
+        .with_attribute(opentelemetry::KeyValue::new(
+            "service.instance.id",
+            format!("{}-{}", service, std::process::id()),
+        ))
+        .build();
+    Ok(Some(
+        opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_span_processor(processor)
+            .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOff)))
+            .with_resource(resource)
+            .build(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trace_id_follows_from_the_op_id_alone() {
+        assert_eq!(op_trace_id("op-1"), op_trace_id("op-1"));
+        assert_ne!(op_trace_id("op-1"), op_trace_id("op-2"));
+        assert_ne!(op_trace_id("op-1"), TraceId::INVALID);
+        let expected: [u8; 16] = {
+            let mut hasher = Sha256::new();
+            hasher.update(b"sigcast/trace/v1\0op-1");
+            hasher.finalize()[..16].try_into().unwrap()
+        };
+        assert_eq!(op_trace_id("op-1").to_bytes(), expected);
+    }
+
+    #[test]
+    fn sampling_is_a_stable_share_of_operations() {
+        let traced = (0..10_000)
+            .filter(|i| sampled(op_trace_id(&format!("op-{i}")), 0.25))
+            .count();
+        assert!((2_200..2_800).contains(&traced), "{traced}");
+        assert!((0..100).all(|i| sampled(op_trace_id(&format!("op-{i}")), 1.0)));
+        assert!((0..100).all(|i| !sampled(op_trace_id(&format!("op-{i}")), 0.0)));
+    }
+}

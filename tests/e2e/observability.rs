@@ -1,0 +1,440 @@
+//! Observability end to end: spans exported over OTLP to a real gRPC receiver (the
+//! opentelemetry-proto service in Python), one trace per operation across the three service
+//! processes and a restart; metrics read over HTTP, parsed by the reference Prometheus
+//! parser, and checked against what a fault run did.
+
+use crate::clients::repo;
+use crate::evm::{DEV, recipient, transfer, wait_terminal};
+use serde_json::Value;
+use sigcast_e2e::{Stack, StackOptions};
+use sigcast_proto::pb;
+use std::collections::{BTreeSet, HashMap};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The OTLP receiver process; killed when dropped.
+struct Receiver {
+    child: Child,
+    port: u16,
+    spans: std::path::PathBuf,
+}
+
+impl Receiver {
+    fn start(dir: &std::path::Path) -> Self {
+        let spans = dir.join("spans.jsonl");
+        let mut child = Command::new("python3")
+            .arg(repo().join("tests/tools/otlp_receiver.py"))
+            .arg(&spans)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the OTLP receiver");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .strip_prefix("listening on ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("receiver said {line:?}"));
+        Self { child, port, spans }
+    }
+
+    fn spans(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.spans)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The trace id an operation must have, derived here independently of the services:
+/// SHA-256("sigcast/trace/v1\0" ‖ op_id), first 16 bytes, hex.
+fn derived_trace_id(op_id: &str) -> String {
+    use sha2::Digest;
+    let digest =
+        sha2::Sha256::digest([b"sigcast/trace/v1\0".as_slice(), op_id.as_bytes()].concat());
+    hex::encode(&digest[..16])
+}
+
+const SERVICES: [&str; 3] = ["sigcast-gateway", "sigcast-signer", "sigcast-broadcaster"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_operation_is_one_trace_across_the_three_services_and_a_restart() {
+    let scratch = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(scratch.path());
+    let mut stack = Stack::start(StackOptions {
+        accounts: 2,
+        // Blocks every 3 s: time to restart the broadcaster while an operation is in flight.
+        block_time: Some(3),
+        otlp_endpoint: Some(format!("http://127.0.0.1:{}", receiver.port)),
+        ..Default::default()
+    })
+    .await;
+    let mut client = stack.client().await;
+    let mut ids: Vec<String> = (0..20).map(|i| format!("traced-{i:02}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        client
+            .submit_operation(transfer(id, DEV[i % 2], &recipient(i), 1_000 + i as u64))
+            .await
+            .unwrap();
+    }
+    wait_terminal(&stack, &ids, Duration::from_secs(120)).await;
+
+    // One more, and a restart of the broadcaster while it is sent but not yet confirmed.
+    client
+        .submit_operation(transfer("traced-restart", DEV[0], &recipient(99), 4_242))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let op = client
+            .get_operation(pb::GetOperationRequest {
+                op_id: "traced-restart".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .operation
+            .unwrap();
+        if op.state() == pb::OperationState::Sent {
+            break;
+        }
+        assert!(
+            op.state() != pb::OperationState::Confirmed,
+            "confirmed before the restart"
+        );
+        assert!(Instant::now() < deadline, "{op:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Let the first process export its spans, then restart it without warning.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stack.broadcasters[0].kill9();
+    stack.broadcasters[0].restart().await;
+    ids.push("traced-restart".into());
+    let done = wait_terminal(&stack, &ids, Duration::from_secs(120)).await;
+    assert!(
+        done.values()
+            .all(|op| op.state() == pb::OperationState::Confirmed)
+    );
+
+    // Every operation: spans from all three services, all under its derived trace id.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let by_op = loop {
+        let mut by_op: HashMap<String, Vec<Value>> = HashMap::new();
+        for span in receiver.spans() {
+            if let Some(op_id) = span["op_id"].as_str() {
+                by_op
+                    .entry(op_id.to_owned())
+                    .or_default()
+                    .push(span.clone());
+            }
+        }
+        let complete = ids.iter().all(|id| {
+            let services: BTreeSet<&str> = by_op
+                .get(id)
+                .map(|spans| spans.iter().filter_map(|s| s["service"].as_str()).collect())
+                .unwrap_or_default();
+            SERVICES.iter().all(|s| services.contains(s))
+        });
+        if complete {
+            break by_op;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "spans so far: {by_op:#?}\n{}",
+            stack.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for id in &ids {
+        let spans = &by_op[id];
+        let traces: BTreeSet<&str> = spans
+            .iter()
+            .filter_map(|s| s["trace_id"].as_str())
+            .collect();
+        assert_eq!(
+            traces,
+            BTreeSet::from([derived_trace_id(id).as_str()]),
+            "{id}: exactly one trace, the derived one"
+        );
+        // The signer's span hangs under the broadcaster span that asked for the signature
+        // (traceparent in the gRPC metadata).
+        let broadcaster_spans: BTreeSet<&str> = spans
+            .iter()
+            .filter(|s| s["service"] == "sigcast-broadcaster")
+            .filter_map(|s| s["span_id"].as_str())
+            .collect();
+        assert!(
+            spans
+                .iter()
+                .filter(|s| s["service"] == "sigcast-signer")
+                .any(|s| broadcaster_spans
+                    .contains(s["parent_span_id"].as_str().unwrap_or_default())),
+            "{id}: signer span under a broadcaster span: {spans:#?}"
+        );
+    }
+    // Across the restart: two broadcaster processes added to the one trace.
+    let instances: BTreeSet<&str> = by_op["traced-restart"]
+        .iter()
+        .filter(|s| s["service"] == "sigcast-broadcaster")
+        .filter_map(|s| s["instance"].as_str())
+        .collect();
+    assert_eq!(
+        instances.len(),
+        2,
+        "both broadcaster processes: {instances:?}"
+    );
+    // No key in any spelling, and no signed payload, in anything exported.
+    let exported = std::fs::read_to_string(&receiver.spans).unwrap();
+    assert!(exported.contains("\"events\""), "the receiver keeps events");
+    for needle in crate::keys::DEV_KEYS
+        .iter()
+        .flat_map(|k| crate::keys::spellings(k))
+    {
+        assert!(!exported.contains(&needle), "a dev key was exported");
+    }
+    let store = sigcast_store::Store::open(&sigcast_store::StoreConfig::sqlite(
+        stack.dir.path().join("sigcast.db"),
+    ))
+    .unwrap();
+    let root = store.root().clone();
+    for id in &ids {
+        let payload = store
+            .read(|tx| sigcast_store::accounts::payload(tx, &root, id, 1))
+            .unwrap()
+            .unwrap();
+        assert!(
+            !exported.contains(&hex::encode(&payload)),
+            "{id}: signed payload exported"
+        );
+    }
+    // Nothing else was exported: every span belongs to an operation's trace.
+    let known: BTreeSet<String> = ids.iter().map(|id| derived_trace_id(id)).collect();
+    for span in receiver.spans() {
+        assert!(
+            known.contains(span["trace_id"].as_str().unwrap()),
+            "stray span {span}"
+        );
+    }
+}
+
+/// GET /metrics from `addr`, parsed by the reference parser: sample → value.
+async fn scrape(addr: std::net::SocketAddr) -> HashMap<String, f64> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: sigcast\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // The body may be chunked: let hyper's framing go, keep the text lines.
+    let text: String = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    let mut parser = Command::new("python3")
+        .arg(repo().join("tests/tools/parse_metrics.py"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut parser.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let output = parser.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "does not parse as Prometheus text: {}\n{text}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut text = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        text.push_str(&rest[..size]);
+        body = &rest[size + 2..];
+    }
+    text
+}
+
+/// The sum of the samples named `name` whose labels contain every one of `labels`.
+fn total(samples: &HashMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
+    samples
+        .iter()
+        .filter(|(key, _)| key.starts_with(&format!("{name}{{")))
+        .filter(|(key, _)| labels.iter().all(|l| key.contains(l)))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn metrics_parse_as_prometheus_text_and_count_what_a_fault_run_did() {
+    let stack = Stack::start(StackOptions {
+        accounts: 2,
+        faults: Some((0.5, 0x0b5e)),
+        ..Default::default()
+    })
+    .await;
+    let mut client = stack.client().await;
+    let ids: Vec<String> = (0..30).map(|i| format!("metered-{i:02}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        client
+            .submit_operation(transfer(id, DEV[i % 2], &recipient(i), 1_000 + i as u64))
+            .await
+            .unwrap();
+    }
+    // Five replays, one conflict, one malformed request.
+    for (i, id) in ids.iter().enumerate().take(5) {
+        let replay = client
+            .submit_operation(transfer(id, DEV[i % 2], &recipient(i), 1_000 + i as u64))
+            .await
+            .unwrap();
+        assert!(replay.into_inner().replayed);
+    }
+    client
+        .submit_operation(transfer(&ids[0], DEV[0], &recipient(0), 7))
+        .await
+        .unwrap_err();
+    client
+        .submit_operation(transfer("", DEV[0], &recipient(0), 7))
+        .await
+        .unwrap_err();
+    let done = wait_terminal(&stack, &ids, Duration::from_secs(300)).await;
+    assert!(
+        done.values()
+            .all(|op| op.state() == pb::OperationState::Confirmed)
+    );
+
+    let gateway = scrape(stack.metrics_addr("gateway")).await;
+    assert_eq!(
+        total(&gateway, "sigcast_submits_total", &["result=\"created\""]),
+        30.0
+    );
+    assert_eq!(
+        total(&gateway, "sigcast_submits_total", &["result=\"replayed\""]),
+        5.0
+    );
+    assert_eq!(
+        total(&gateway, "sigcast_submits_total", &["result=\"conflict\""]),
+        1.0
+    );
+    assert_eq!(
+        total(&gateway, "sigcast_submits_total", &["result=\"invalid\""]),
+        1.0
+    );
+
+    let signer = scrape(stack.metrics_addr("signer-0")).await;
+    assert_eq!(
+        total(
+            &signer,
+            "sigcast_signatures_total",
+            &["purpose=\"SIGN_PURPOSE_INITIAL\""]
+        ),
+        30.0
+    );
+    assert_eq!(
+        total(
+            &signer,
+            "sigcast_operation_transitions_total",
+            &["state=\"SIGNED\""]
+        ),
+        30.0
+    );
+
+    // The broadcaster's send counters agree with what the proxy saw, send for send.
+    let broadcaster = scrape(stack.metrics_addr("broadcaster-0")).await;
+    let stats = stack.proxy.as_ref().unwrap().stats();
+    println!(
+        "proxy: {} sends, {} faulted",
+        stats.sends,
+        stats.faults.len()
+    );
+    assert!(!stats.faults.is_empty());
+    assert_eq!(
+        total(
+            &broadcaster,
+            "sigcast_attempts_total",
+            &["outcome=\"unknown\""]
+        ) as usize,
+        stats.faults.len(),
+        "every faulted send, and only those, is an unknown outcome"
+    );
+    assert_eq!(
+        total(&broadcaster, "sigcast_attempts_total", &[]) as usize,
+        stats.sends,
+        "every send counted once"
+    );
+    assert_eq!(
+        total(&broadcaster, "sigcast_resends_total", &[]) as usize
+            + total(
+                &broadcaster,
+                "sigcast_operation_transitions_total",
+                &["state=\"SENT\""]
+            ) as usize,
+        stats.sends,
+        "a send is a first send or a byte-identical resend"
+    );
+    assert_eq!(
+        total(
+            &broadcaster,
+            "sigcast_operation_transitions_total",
+            &["state=\"CONFIRMED\""]
+        ),
+        30.0
+    );
+    let still_unknown = done
+        .values()
+        .filter(|op| {
+            op.attempts
+                .iter()
+                .any(|a| a.outcome() == pb::AttemptOutcome::Unknown)
+        })
+        .count();
+    assert_eq!(
+        total(
+            &broadcaster,
+            "sigcast_unknown_outcomes_resolved_total",
+            &["resolution=\"CONFIRMED\""]
+        ) as usize,
+        still_unknown,
+        "operations settled from chain state after an unknown send"
+    );
+    // Reads were timed per endpoint and method; the endpoint label carries no path.
+    assert!(
+        total(
+            &broadcaster,
+            "sigcast_rpc_duration_seconds_count",
+            &["method=\"eth_getTransactionReceipt\""]
+        ) > 0.0
+            || total(&broadcaster, "sigcast_rpc_duration_seconds_count", &[]) > 0.0
+    );
+    assert!(
+        broadcaster
+            .keys()
+            .filter(|k| k.contains("endpoint="))
+            .all(|k| !k.contains("endpoint=\"http://127.0.0.1:") || k.matches('/').count() == 2),
+        "{broadcaster:?}"
+    );
+}

@@ -1,0 +1,73 @@
+"""A minimal OTLP/gRPC trace receiver for tests: accepts ExportTraceServiceRequest on the
+port it prints, and appends one JSON line per span to the file named on the command line:
+{"trace_id", "span_id", "parent_span_id", "name", "service", "instance", "op_id",
+"attributes", "events"} — attributes and events whole, so tests can scan what was exported.
+
+Usage: otlp_receiver.py OUTPUT_FILE   (prints "listening on PORT" once ready)
+"""
+
+import json
+import sys
+import threading
+from concurrent import futures
+
+import grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+LOCK = threading.Lock()
+
+
+def text(value):
+    return value.string_value or str(value.int_value or value.double_value or value.bool_value or "")
+
+
+def attribute(attributes, key):
+    for kv in attributes:
+        if kv.key == key:
+            value = kv.value
+            return value.string_value or str(value.int_value or "")
+    return None
+
+
+class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self, path):
+        self.path = path
+
+    def Export(self, request, context):
+        lines = []
+        for resource_spans in request.resource_spans:
+            service = attribute(resource_spans.resource.attributes, "service.name")
+            instance = attribute(resource_spans.resource.attributes, "service.instance.id")
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    lines.append(json.dumps({
+                        "trace_id": span.trace_id.hex(),
+                        "span_id": span.span_id.hex(),
+                        "parent_span_id": span.parent_span_id.hex(),
+                        "name": span.name,
+                        "service": service,
+                        "instance": instance,
+                        "op_id": attribute(span.attributes, "op.id"),
+                        "attributes": {kv.key: text(kv.value) for kv in span.attributes},
+                        "events": [
+                            {"name": e.name, "attributes": {kv.key: text(kv.value) for kv in e.attributes}}
+                            for e in span.events
+                        ],
+                    }))
+        with LOCK, open(self.path, "a", encoding="utf-8") as out:
+            for line in lines:
+                out.write(line + "\n")
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
+def main():
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Receiver(sys.argv[1]), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    print(f"listening on {port}", flush=True)
+    server.wait_for_termination()
+
+
+if __name__ == "__main__":
+    main()

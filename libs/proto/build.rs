@@ -8,6 +8,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         root.join("sigcast/v1/operation.proto"),
         root.join("sigcast/signer/v1/signer.proto"),
+        root.join("sigcast/operator/v1/operator.proto"),
     ];
     // Rebuild when any contract file changes.
     println!("cargo:rerun-if-changed={}", root.display());

@@ -11,6 +11,7 @@ mod keys;
 mod mtls;
 mod naive;
 mod observability;
+mod operator_cli;
 mod replacements;
 mod runbook;
 mod solana;

@@ -25,6 +25,13 @@ pub mod sigcast {
             tonic::include_proto!("sigcast.signer.v1");
         }
     }
+    /// The operator API (audit trail), served by the gateway.
+    pub mod operator {
+        /// Version 1.
+        pub mod v1 {
+            tonic::include_proto!("sigcast.operator.v1");
+        }
+    }
 }
 
 pub use sigcast::v1 as pb;

@@ -33,6 +33,11 @@ pub struct Gateway {
 }
 
 impl Gateway {
+    /// The store it answers from.
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// A gateway over `store`, accepting intents within `rules`. Watch streams re-read their
     /// operation every `watch_poll` and end when `shutdown` turns true.
     pub fn new(

@@ -7,11 +7,13 @@
 pub mod config;
 mod error;
 mod grpc;
+mod operator;
 
 pub use config::Config;
 pub use error::{Error, Result};
 pub use grpc::Gateway;
 
+use sigcast_proto::sigcast::operator::v1::operator_service_server::OperatorServiceServer;
 use sigcast_proto::sigcast::v1::operation_service_server::OperationServiceServer;
 use sigcast_store::Store;
 use std::future::Future;
@@ -51,6 +53,7 @@ pub async fn run(
         .await;
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
+    let operator = gateway.clone();
     let operations = OperationServiceServer::new(gateway)
         .max_decoding_message_size(config.limits.max_request_bytes);
 
@@ -68,6 +71,7 @@ pub async fn run(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
+        .add_service(OperatorServiceServer::new(operator))
         .add_service(operations)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await?;

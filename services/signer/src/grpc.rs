@@ -106,17 +106,27 @@ impl api::signer_service_server::SignerService for Signer {
         request: Request<api::ListKeysRequest>,
     ) -> Result<Response<api::ListKeysResponse>, Status> {
         self.authorize(&request)?;
-        let keys = self
+        let secp256k1 =
+            self.keys()
+                .entries()
+                .into_iter()
+                .map(|(address, backend)| api::SignerKey {
+                    key_id: address.to_string(),
+                    algorithm: "secp256k1".into(),
+                    address: address.to_string(),
+                    backend: backend.into(),
+                });
+        let ed25519 = self
             .keys()
-            .entries()
+            .ed25519_entries()
             .into_iter()
-            .map(|(address, backend)| api::SignerKey {
-                key_id: address.to_string(),
-                algorithm: "secp256k1".into(),
-                address: address.to_string(),
+            .map(|(account, backend)| api::SignerKey {
+                key_id: account.clone(),
+                algorithm: "ed25519".into(),
+                address: account,
                 backend: backend.into(),
-            })
-            .collect();
+            });
+        let keys = secp256k1.chain(ed25519).collect();
         Ok(Response::new(api::ListKeysResponse { keys }))
     }
 }

@@ -399,6 +399,7 @@ async fn every_intent_kind_is_accepted_in_canonical_form() {
 #[tokio::test]
 async fn a_request_over_the_size_limit_is_refused() {
     let rig = Rig::start().await;
+    let before = rig.snapshot();
     let status = rig
         .client
         .clone()
@@ -409,7 +410,7 @@ async fn a_request_over_the_size_limit_is_refused() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
-    assert!(rig.snapshot().is_empty());
+    assert_eq!(rig.snapshot(), before, "nothing recorded");
 }
 
 #[tokio::test]

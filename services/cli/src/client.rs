@@ -1,0 +1,222 @@
+//! gRPC clients: the gateway (operations, audit trail) and the signer (its keys).
+
+use anyhow::{Context, Result, anyhow, bail};
+use sigcast_proto::pb;
+use sigcast_proto::pb::operation_service_client::OperationServiceClient;
+use sigcast_proto::sigcast::operator::v1 as operator;
+use sigcast_proto::sigcast::operator::v1::operator_service_client::OperatorServiceClient;
+use sigcast_proto::sigcast::signer::v1 as signer;
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+/// A gRPC error as the operator reads it: the code's name and the server's message.
+fn status(what: &str, status: tonic::Status) -> anyhow::Error {
+    anyhow!("{what}: {:?}: {}", status.code(), status.message())
+}
+
+/// The gateway's APIs.
+pub(crate) struct Gateway {
+    operations: OperationServiceClient<Channel>,
+    operator: OperatorServiceClient<Channel>,
+}
+
+impl Gateway {
+    pub(crate) async fn connect(url: &str) -> Result<Self> {
+        let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
+            .with_context(|| format!("gateway address {url:?}"))?
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .with_context(|| format!("connecting to the gateway at {url}"))?;
+        Ok(Self {
+            operations: OperationServiceClient::new(channel.clone()),
+            operator: OperatorServiceClient::new(channel),
+        })
+    }
+
+    pub(crate) async fn get(&mut self, op_id: &str) -> Result<pb::Operation> {
+        self.operations
+            .get_operation(pb::GetOperationRequest {
+                op_id: op_id.to_owned(),
+            })
+            .await
+            .map_err(|s| status("GetOperation", s))?
+            .into_inner()
+            .operation
+            .context("GetOperation answered without an operation")
+    }
+
+    pub(crate) async fn cancel(&mut self, op_id: &str) -> Result<pb::Operation> {
+        self.operations
+            .cancel_operation(pb::CancelOperationRequest {
+                op_id: op_id.to_owned(),
+            })
+            .await
+            .map_err(|s| status("CancelOperation", s))?
+            .into_inner()
+            .operation
+            .context("CancelOperation answered without an operation")
+    }
+
+    pub(crate) async fn audit(&mut self, op_id: &str) -> Result<Vec<signer::AuditRecord>> {
+        Ok(self
+            .operator
+            .get_audit_trail(operator::GetAuditTrailRequest {
+                op_id: op_id.to_owned(),
+            })
+            .await
+            .map_err(|s| status("GetAuditTrail", s))?
+            .into_inner()
+            .records)
+    }
+
+    /// Up to `limit` operations, following pages.
+    pub(crate) async fn list(
+        &mut self,
+        chain: Option<String>,
+        account: Option<String>,
+        state: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<pb::Operation>> {
+        let state = match state {
+            None => pb::OperationState::Unspecified,
+            Some(name) => {
+                let upper = name.to_ascii_uppercase();
+                let full = if upper.starts_with("OPERATION_STATE_") {
+                    upper
+                } else {
+                    format!("OPERATION_STATE_{upper}")
+                };
+                pb::OperationState::from_str_name(&full)
+                    .filter(|s| *s != pb::OperationState::Unspecified)
+                    .with_context(|| {
+                        format!("--state {name:?}: one of RECEIVED, SIGNED, SENT, CONFIRMED, REJECTED, CANCELLED")
+                    })?
+            }
+        };
+        let mut operations = Vec::new();
+        let mut page_token = String::new();
+        while operations.len() < limit {
+            let page = self
+                .operations
+                .list_operations(pb::ListOperationsRequest {
+                    chain: chain.clone().unwrap_or_default(),
+                    account: account.clone().unwrap_or_default(),
+                    state: state.into(),
+                    page_size: u32::try_from((limit - operations.len()).min(1000)).unwrap_or(1000),
+                    page_token,
+                })
+                .await
+                .map_err(|s| status("ListOperations", s))?
+                .into_inner();
+            operations.extend(page.operations);
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            page_token = page.next_page_token;
+        }
+        operations.truncate(limit);
+        Ok(operations)
+    }
+
+    /// Prints each revision until the operation is terminal; on a terminal, a line on stderr
+    /// says how long it has been waiting meanwhile.
+    pub(crate) async fn watch(&mut self, op_id: &str, out: &crate::output::Output) -> Result<()> {
+        let mut stream = self
+            .operations
+            .watch_operation(pb::WatchOperationRequest {
+                op_id: op_id.to_owned(),
+            })
+            .await
+            .map_err(|s| status("WatchOperation", s))?
+            .into_inner();
+        let started = Instant::now();
+        let progress = std::io::stderr().is_terminal();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut last: Option<pb::Operation> = None;
+        loop {
+            tokio::select! {
+                message = stream.message() => {
+                    match message.map_err(|s| status("WatchOperation", s))? {
+                        Some(response) => {
+                            let op = response.operation.context("a watch message without its operation")?;
+                            if progress {
+                                eprint!("\r\x1b[K");
+                            }
+                            out.watch_line(&op, started.elapsed())?;
+                            last = Some(op);
+                        }
+                        None => break,
+                    }
+                }
+                _ = tick.tick(), if progress => {
+                    let state = last.as_ref().map_or("?", |op| crate::output::state(op));
+                    eprint!("\r\x1b[Kwaiting {}s · {state}", started.elapsed().as_secs());
+                }
+            }
+        }
+        if progress {
+            eprint!("\r\x1b[K");
+        }
+        match last {
+            Some(op) if crate::output::is_terminal(&op) => Ok(()),
+            Some(op) => bail!(
+                "the stream ended with {op_id} still {}",
+                crate::output::state(&op)
+            ),
+            None => bail!("the stream ended before any revision of {op_id}"),
+        }
+    }
+}
+
+/// The signer's keys, over its Unix socket or mutual TLS.
+pub(crate) async fn signer_keys(
+    url: &str,
+    ca: Option<std::path::PathBuf>,
+    cert: Option<std::path::PathBuf>,
+    key: Option<std::path::PathBuf>,
+) -> Result<Vec<signer::SignerKey>> {
+    let channel = if let Some(path) = url.strip_prefix("unix:") {
+        let path = std::path::PathBuf::from(path);
+        let connector = tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        });
+        tonic::transport::Endpoint::from_static("http://signer.sock")
+            .connect_with_connector(connector)
+            .await
+            .with_context(|| format!("connecting to the signer at {url}"))?
+    } else {
+        let mut endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())
+            .with_context(|| format!("signer address {url:?}"))?;
+        if let (Some(ca), Some(cert), Some(key)) = (ca, cert, key) {
+            let read = |p: &std::path::Path| {
+                std::fs::read(p).with_context(|| format!("reading {}", p.display()))
+            };
+            endpoint = endpoint.tls_config(
+                tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(read(&ca)?))
+                    .identity(tonic::transport::Identity::from_pem(
+                        read(&cert)?,
+                        read(&key)?,
+                    )),
+            )?;
+        }
+        endpoint
+            .connect()
+            .await
+            .with_context(|| format!("connecting to the signer at {url}"))?
+    };
+    Ok(
+        signer::signer_service_client::SignerServiceClient::new(channel)
+            .list_keys(signer::ListKeysRequest {})
+            .await
+            .map_err(|s| status("ListKeys", s))?
+            .into_inner()
+            .keys,
+    )
+}

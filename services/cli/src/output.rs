@@ -1,0 +1,325 @@
+//! What the CLI prints: aligned tables for people, or protobuf's JSON mapping for scripts (the
+//! messages are transcoded from `proto/` descriptors, never re-declared here).
+
+use anyhow::{Context, Result};
+use prost::Message;
+use prost_reflect::{DescriptorPool, DynamicMessage};
+use sigcast_proto::pb;
+use sigcast_proto::sigcast::signer::v1 as signer;
+use std::time::Duration;
+
+/// The output mode and the descriptors JSON is made from.
+pub(crate) struct Output {
+    json: bool,
+    pool: DescriptorPool,
+}
+
+/// A state's short name: `SENT` for OPERATION_STATE_SENT.
+pub(crate) fn state(op: &pb::Operation) -> &'static str {
+    op.state()
+        .as_str_name()
+        .trim_start_matches("OPERATION_STATE_")
+}
+
+/// Whether the operation can no longer change.
+pub(crate) fn is_terminal(op: &pb::Operation) -> bool {
+    matches!(
+        op.state(),
+        pb::OperationState::Confirmed
+            | pb::OperationState::Rejected
+            | pb::OperationState::Cancelled
+    )
+}
+
+fn time(t: Option<&prost_types::Timestamp>) -> String {
+    t.map_or_else(String::new, |t| {
+        let secs = t.seconds;
+        let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+        let (y, m, d) = civil_from_days(days);
+        format!(
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+            rest / 3600,
+            rest % 3600 / 60,
+            rest % 60
+        )
+    })
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+fn table(header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let text: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", text.join("  ").trim_end());
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}
+
+impl Output {
+    pub(crate) fn new(json: bool) -> Result<Self> {
+        let pool = DescriptorPool::decode(sigcast_proto::FILE_DESCRIPTOR_SET)
+            .context("decoding the built-in proto descriptors")?;
+        Ok(Self { json, pool })
+    }
+
+    fn to_json<M: Message>(&self, message: &M, name: &str) -> Result<serde_json::Value> {
+        let descriptor = self
+            .pool
+            .get_message_by_name(name)
+            .with_context(|| format!("no message {name} in proto/"))?;
+        let dynamic = DynamicMessage::decode(descriptor, message.encode_to_vec().as_slice())?;
+        Ok(serde_json::to_value(&dynamic)?)
+    }
+
+    fn print_json(&self, value: &serde_json::Value) -> Result<()> {
+        println!("{}", serde_json::to_string_pretty(value)?);
+        Ok(())
+    }
+
+    pub(crate) fn operation(&self, op: &pb::Operation) -> Result<()> {
+        if self.json {
+            return self.print_json(&self.to_json(op, "sigcast.v1.Operation")?);
+        }
+        let mut rows = vec![
+            ("op_id", op.op_id.clone()),
+            ("state", state(op).to_owned()),
+            ("chain", op.chain.clone()),
+            ("account", op.account.clone()),
+            ("created", time(op.create_time.as_ref())),
+            ("updated", time(op.update_time.as_ref())),
+            ("attempts", op.attempts.len().to_string()),
+        ];
+        match &op.signing {
+            Some(pb::operation::Signing::Evm(evm)) => rows.push(("nonce", evm.nonce.to_string())),
+            Some(pb::operation::Signing::Solana(s)) if !s.nonce_account.is_empty() => {
+                rows.push(("nonce account", s.nonce_account.clone()));
+            }
+            Some(pb::operation::Signing::Solana(s)) => {
+                rows.push(("valid until height", s.last_valid_block_height.to_string()));
+            }
+            None => {}
+        }
+        if op.cancel_requested {
+            rows.push(("cancel", "requested".into()));
+        }
+        if let Some(result) = &op.result {
+            rows.push(("tx", result.tx_id.clone()));
+            rows.push(("block", result.block_number.to_string()));
+            rows.push((
+                "execution",
+                result
+                    .execution_status()
+                    .as_str_name()
+                    .trim_start_matches("EXECUTION_STATUS_")
+                    .to_owned(),
+            ));
+        }
+        if let Some(error) = &op.error {
+            rows.push(("reason", error.reason.clone()));
+            rows.push(("detail", error.message.clone()));
+        }
+        let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        for (key, value) in rows {
+            println!("{key:<width$}  {value}");
+        }
+        Ok(())
+    }
+
+    pub(crate) fn operations(&self, ops: &[pb::Operation]) -> Result<()> {
+        if self.json {
+            let values = ops
+                .iter()
+                .map(|op| self.to_json(op, "sigcast.v1.Operation"))
+                .collect::<Result<Vec<_>>>()?;
+            return self.print_json(&serde_json::Value::Array(values));
+        }
+        let rows: Vec<Vec<String>> = ops
+            .iter()
+            .map(|op| {
+                vec![
+                    op.op_id.clone(),
+                    state(op).to_owned(),
+                    op.chain.clone(),
+                    op.account.clone(),
+                    op.attempts.len().to_string(),
+                    time(op.update_time.as_ref()),
+                ]
+            })
+            .collect();
+        table(
+            &["OP_ID", "STATE", "CHAIN", "ACCOUNT", "ATTEMPTS", "UPDATED"],
+            &rows,
+        );
+        Ok(())
+    }
+
+    pub(crate) fn attempts(&self, op: &pb::Operation) -> Result<()> {
+        if self.json {
+            let values = op
+                .attempts
+                .iter()
+                .map(|a| self.to_json(a, "sigcast.v1.Attempt"))
+                .collect::<Result<Vec<_>>>()?;
+            return self.print_json(&serde_json::Value::Array(values));
+        }
+        let rows: Vec<Vec<String>> = op
+            .attempts
+            .iter()
+            .map(|a| {
+                vec![
+                    a.number.to_string(),
+                    a.tx_id.clone(),
+                    if a.reason.is_empty() {
+                        "initial".into()
+                    } else {
+                        a.reason.clone()
+                    },
+                    a.outcome()
+                        .as_str_name()
+                        .trim_start_matches("ATTEMPT_OUTCOME_")
+                        .to_owned(),
+                    a.endpoint.clone(),
+                    time(a.send_time.as_ref()),
+                ]
+            })
+            .collect();
+        table(&["#", "TX", "WHY", "OUTCOME", "ENDPOINT", "SENT"], &rows);
+        Ok(())
+    }
+
+    pub(crate) fn audit(&self, records: &[signer::AuditRecord]) -> Result<()> {
+        if self.json {
+            let values = records
+                .iter()
+                .map(|r| self.to_json(r, "sigcast.signer.v1.AuditRecord"))
+                .collect::<Result<Vec<_>>>()?;
+            return self.print_json(&serde_json::Value::Array(values));
+        }
+        let rows: Vec<Vec<String>> = records
+            .iter()
+            .map(|r| {
+                let at = prost_types::Timestamp {
+                    seconds: r.time_unix_ms.div_euclid(1000),
+                    nanos: 0,
+                };
+                vec![
+                    r.attempt.to_string(),
+                    r.purpose()
+                        .as_str_name()
+                        .trim_start_matches("SIGN_PURPOSE_")
+                        .to_owned(),
+                    r.key_id.clone(),
+                    r.nonce.to_string(),
+                    r.tx_id.clone(),
+                    r.digest.clone(),
+                    r.caller.clone(),
+                    time(Some(&at)),
+                ]
+            })
+            .collect();
+        table(
+            &[
+                "#", "PURPOSE", "KEY", "NONCE", "TX", "DIGEST", "CALLER", "SIGNED",
+            ],
+            &rows,
+        );
+        Ok(())
+    }
+
+    pub(crate) fn keys(&self, keys: &[signer::SignerKey]) -> Result<()> {
+        if self.json {
+            let values = keys
+                .iter()
+                .map(|k| self.to_json(k, "sigcast.signer.v1.SignerKey"))
+                .collect::<Result<Vec<_>>>()?;
+            return self.print_json(&serde_json::Value::Array(values));
+        }
+        let rows: Vec<Vec<String>> = keys
+            .iter()
+            .map(|k| vec![k.address.clone(), k.algorithm.clone(), k.backend.clone()])
+            .collect();
+        table(&["ACCOUNT", "ALGORITHM", "BACKEND"], &rows);
+        Ok(())
+    }
+
+    pub(crate) fn watch_line(&self, op: &pb::Operation, elapsed: Duration) -> Result<()> {
+        if self.json {
+            println!(
+                "{}",
+                serde_json::to_string(&self.to_json(op, "sigcast.v1.Operation")?)?
+            );
+            return Ok(());
+        }
+        let mut line = format!("{:>6.1}s  {:<9}", elapsed.as_secs_f64(), state(op));
+        if let Some(last) = op.attempts.last() {
+            line.push_str(&format!(
+                "  attempt {} {} {}",
+                last.number,
+                last.tx_id,
+                last.outcome()
+                    .as_str_name()
+                    .trim_start_matches("ATTEMPT_OUTCOME_")
+            ));
+        }
+        if let Some(result) = &op.result {
+            line.push_str(&format!("  block {}", result.block_number));
+        }
+        if let Some(error) = &op.error {
+            line.push_str(&format!("  {}: {}", error.reason, error.message));
+        }
+        println!("{line}");
+        Ok(())
+    }
+
+    pub(crate) fn reconcile(
+        &self,
+        op: &pb::Operation,
+        report: &crate::reconcile::Report,
+    ) -> Result<()> {
+        if self.json {
+            return self.print_json(&serde_json::json!({
+                "opId": op.op_id,
+                "storeState": state(op),
+                "chain": report.facts.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
+                "attempts": report.attempts.iter().map(|(tx, seen)| serde_json::json!({"txId": tx, "onChain": seen})).collect::<Vec<_>>(),
+                "verdict": report.verdict,
+            }));
+        }
+        println!("store     {} ({} attempts)", state(op), op.attempts.len());
+        for (key, value) in &report.facts {
+            println!("chain     {key}: {value}");
+        }
+        let rows: Vec<Vec<String>> = report
+            .attempts
+            .iter()
+            .map(|(tx, seen)| vec![tx.clone(), seen.clone()])
+            .collect();
+        table(&["TX", "ON CHAIN"], &rows);
+        println!("verdict   {}", report.verdict);
+        Ok(())
+    }
+}

@@ -1,0 +1,168 @@
+//! The operator CLI against a running stack: every command an operator reaches for, as a real
+//! process over real gRPC, in tables and in JSON.
+
+use crate::evm::{DEV, recipient, transfer, wait_terminal};
+use serde_json::Value;
+use sigcast_e2e::{Stack, StackOptions};
+use sigcast_proto::pb;
+use std::process::Output;
+use std::time::Duration;
+
+fn sigcast(stack: &Stack, args: &[&str]) -> Output {
+    std::process::Command::new(sigcast_e2e::binary("sigcast"))
+        .env("SIGCAST_GATEWAY", format!("http://{}", stack.gateway.addr))
+        .args(args)
+        .output()
+        .expect("run sigcast")
+}
+
+fn ok(stack: &Stack, args: &[&str]) -> String {
+    let output = sigcast(stack, args);
+    assert!(
+        output.status.success(),
+        "sigcast {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn json(stack: &Stack, args: &[&str]) -> Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    serde_json::from_str(&ok(stack, &all)).unwrap()
+}
+
+fn fails(stack: &Stack, args: &[&str]) -> String {
+    let output = sigcast(stack, args);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "sigcast {args:?} should fail"
+    );
+    String::from_utf8(output.stderr).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_operator_cli_inspects_watches_audits_reconciles_and_cancels() {
+    let stack = Stack::start(StackOptions {
+        accounts: 2,
+        ..Default::default()
+    })
+    .await;
+    let mut client = stack.client().await;
+    for (i, id) in ["cli-a", "cli-b"].iter().enumerate() {
+        client
+            .submit_operation(transfer(id, DEV[i], &recipient(i), 10_000))
+            .await
+            .unwrap();
+    }
+
+    // watch: one line per revision, ending CONFIRMED, exit 0.
+    let watched = ok(&stack, &["op", "watch", "cli-a"]);
+    let last = watched.lines().last().unwrap();
+    assert!(
+        last.contains("CONFIRMED") && last.contains("block"),
+        "{watched}"
+    );
+    let done = wait_terminal(
+        &stack,
+        &["cli-a".into(), "cli-b".into()],
+        Duration::from_secs(60),
+    )
+    .await;
+    let op = &done["cli-a"];
+    let tx = &op.result.as_ref().unwrap().tx_id;
+
+    // get: a table, and protobuf JSON.
+    let table = ok(&stack, &["op", "get", "cli-a"]);
+    assert!(
+        table.contains("CONFIRMED") && table.contains(tx.as_str()),
+        "{table}"
+    );
+    let value = json(&stack, &["op", "get", "cli-a"]);
+    assert_eq!(value["opId"], "cli-a");
+    assert_eq!(value["state"], "OPERATION_STATE_CONFIRMED");
+    assert_eq!(value["result"]["txId"], tx.as_str());
+
+    // list, filtered by state; attempts.
+    let listed = json(&stack, &["op", "list", "--state", "confirmed"]);
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["opId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["cli-a", "cli-b"]);
+    let table = ok(
+        &stack,
+        &["op", "list", "--chain", "eip155:31337", "--account", DEV[1]],
+    );
+    assert!(
+        table.contains("cli-b") && !table.contains("cli-a"),
+        "{table}"
+    );
+    let attempts = ok(&stack, &["op", "attempts", "cli-a"]);
+    assert!(
+        attempts.contains(op.attempts[0].tx_id.as_str()) && attempts.contains("ACCEPTED"),
+        "{attempts}"
+    );
+
+    // audit: the signer's record of the one signature.
+    let audit = json(&stack, &["audit", "cli-a"]);
+    let records = audit.as_array().unwrap();
+    assert_eq!(records.len(), 1, "{audit}");
+    assert_eq!(records[0]["purpose"], "SIGN_PURPOSE_INITIAL");
+    assert_eq!(records[0]["txId"], op.attempts[0].tx_id.as_str());
+    assert_eq!(records[0]["keyId"], DEV[0]);
+    assert!(
+        records[0]["caller"].as_str().unwrap().starts_with("uid:"),
+        "{audit}"
+    );
+    assert!(ok(&stack, &["audit", "cli-a"]).contains("INITIAL"));
+
+    // reconcile: the chain, read directly, agrees with the store.
+    let report = ok(&stack, &["reconcile", "cli-a", "--rpc", &stack.anvil.url]);
+    assert!(
+        report.contains("verdict   agrees: attempt 1 confirmed in block"),
+        "{report}"
+    );
+    let report = json(&stack, &["reconcile", "cli-b", "--rpc", &stack.anvil.url]);
+    assert!(
+        report["verdict"].as_str().unwrap().starts_with("agrees"),
+        "{report}"
+    );
+
+    // keys: the signer's keys over its socket (this test runs as a uid it allows).
+    let socket = format!("unix:{}", stack.signer_socket(0).display());
+    let keys = ok(&stack, &["keys", "list", "--signer", &socket]);
+    assert!(
+        keys.contains(DEV[0]) && keys.contains("secp256k1"),
+        "{keys}"
+    );
+
+    // Refusals: the gRPC code and the server's message, exit 1.
+    assert!(fails(&stack, &["op", "cancel", "cli-a"]).contains("FailedPrecondition"));
+    assert!(fails(&stack, &["op", "get", "no-such-op"]).contains("NotFound"));
+    assert!(fails(&stack, &["op", "list", "--state", "bogus"]).contains("--state"));
+    assert!(fails(&stack, &["audit", "bad op id!"]).contains("InvalidArgument"));
+
+    // cancel before signing: at once. Stop the broadcaster so nothing signs it first.
+    let mut stack = stack;
+    stack.broadcasters[0].kill9();
+    client
+        .submit_operation(transfer("cli-c", DEV[0], &recipient(3), 1))
+        .await
+        .unwrap();
+    let cancelled = json(&stack, &["op", "cancel", "cli-c"]);
+    assert_eq!(cancelled["state"], "OPERATION_STATE_CANCELLED");
+    let stored = client
+        .get_operation(pb::GetOperationRequest {
+            op_id: "cli-c".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .operation
+        .unwrap();
+    assert_eq!(stored.state(), pb::OperationState::Cancelled);
+}

@@ -421,6 +421,13 @@ async fn metrics_parse_as_prometheus_text_and_count_what_a_fault_run_did() {
         still_unknown,
         "operations settled from chain state after an unknown send"
     );
+    // Nothing left in flight once every operation is terminal (the gauge follows the passes).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let broadcaster = scrape(stack.metrics_addr("broadcaster-0")).await;
+    assert_eq!(
+        total(&broadcaster, "sigcast_operations_in_flight", &[]),
+        0.0
+    );
     // Reads were timed per endpoint and method; the endpoint label carries no path.
     assert!(
         total(

@@ -128,6 +128,15 @@ impl SolanaNode {
             .expect("airdrop");
     }
 
+    /// Overwrites a nonce account's value, as if someone else had advanced it.
+    pub(crate) fn set_nonce_value(&self, account: [u8; 32], value: [u8; 32]) {
+        let mut chain = self.chain.lock().unwrap();
+        let key = Pubkey::new_from_array(account);
+        let mut data = chain.svm.get_account(&key).expect("nonce account");
+        data.data[40..72].copy_from_slice(&value);
+        chain.svm.set_account(key, data).expect("set nonce account");
+    }
+
     /// The current slot (= block height).
     pub(crate) fn slot(&self) -> u64 {
         self.chain.lock().unwrap().slot

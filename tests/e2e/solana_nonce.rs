@@ -315,3 +315,61 @@ async fn cancelling_a_durable_nonce_operation_advances_the_nonce_and_nothing_lan
     assert_eq!(signing.nonce_account, created[0]);
     assert_eq!(balance(&pool, &recipient(0)).await, SOL + 1_234);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_nonce_advanced_elsewhere_is_proven_and_the_operation_re_signed_once() {
+    let (node, proxy, stack, created) = durable_nonce_stack(1).await;
+    let from = stack.solana_accounts[0].clone();
+    let pool = RpcPool::new(std::slice::from_ref(&node.url), Duration::from_secs(5)).unwrap();
+    let rpc = SolanaRpc::new(std::slice::from_ref(&node.url), Duration::from_secs(5)).unwrap();
+
+    proxy.set_down(true);
+    let mut client = stack.client().await;
+    client
+        .submit_operation(sol_transfer("moved-nonce", &from, &recipient(0), 3_333))
+        .await
+        .unwrap();
+    let signed = wait_state(&stack, "moved-nonce", |op| !op.attempts.is_empty()).await;
+    // Someone else advances the nonce: the signed transaction can never land now.
+    node.set_nonce_value(key_bytes(&created[0]), [7; 32]);
+    assert_eq!(
+        nonce_value(&rpc, &created[0]).await,
+        bs58::encode([7; 32]).into_string()
+    );
+    proxy.set_down(false);
+
+    let done = wait_terminal(&stack, &["moved-nonce".into()], Duration::from_secs(60)).await;
+    let op = &done["moved-nonce"];
+    assert_eq!(
+        op.state(),
+        pb::OperationState::Confirmed,
+        "{op:?}\n{}",
+        stack.logs()
+    );
+    assert_eq!(
+        op.attempts.len(),
+        2,
+        "re-signed exactly once: {:?}",
+        op.attempts
+    );
+    assert_eq!(op.attempts[1].reason, "resign");
+    assert_eq!(op.result.as_ref().unwrap().tx_id, op.attempts[1].tx_id);
+    let Some(pb::operation::Signing::Solana(signing)) = &op.signing else {
+        panic!("{op:?}")
+    };
+    assert_eq!(
+        signing.blockhash,
+        bs58::encode([7; 32]).into_string(),
+        "signed over the new value"
+    );
+    let first = rpc
+        .statuses(&[signed.attempts[0].tx_id.clone()])
+        .await
+        .unwrap();
+    assert_eq!(first, [None], "the first signature never landed");
+    assert_eq!(
+        balance(&pool, &recipient(0)).await,
+        SOL + 3_333,
+        "paid once"
+    );
+}

@@ -28,6 +28,9 @@ pub struct Metrics {
     pub submits: Family<Labels, Counter>,
     /// Operations entering a state (recorded by the service that moves them).
     pub transitions: Family<Labels, Counter>,
+    /// Operations in flight by state (RECEIVED, SIGNED, SENT), as the broadcaster last saw them
+    /// (at most one work batch each).
+    pub in_flight: Family<Labels, Gauge>,
     /// Sends by chain and outcome: accepted, rejected, unknown.
     pub attempts: Family<Labels, Counter>,
     /// Operations that had an unknown send outcome, by how chain state settled them.
@@ -61,6 +64,7 @@ impl Metrics {
             registry: Registry::default(),
             submits: Family::default(),
             transitions: Family::default(),
+            in_flight: Family::default(),
             attempts: Family::default(),
             unknown_resolved: Family::default(),
             resends: Family::default(),

@@ -135,11 +135,17 @@ impl Worker {
             .read_async(move |tx| operations::list(tx, &root, &filter, None, BATCH))
             .await?
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        Ok(page
+        let ops: Vec<pb::Operation> = page
             .operations
             .into_iter()
             .filter(|op| self.chains.contains_key(&op.chain) || self.solana.contains_key(&op.chain))
-            .collect())
+            .collect();
+        let name = state.as_str_name().trim_start_matches("OPERATION_STATE_");
+        metrics::metrics()
+            .in_flight
+            .get_or_create(&metrics::owned(&[("state", name)]))
+            .set(i64::try_from(ops.len()).unwrap_or(i64::MAX));
+        Ok(ops)
     }
 
     async fn sign(&self, op: pb::Operation) {

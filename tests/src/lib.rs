@@ -17,10 +17,14 @@ use std::time::{Duration, Instant};
 /// executable (`target/<profile>/deps/<test>`). `cargo test --workspace` builds them.
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .to_path_buf()
+    let dir = exe.parent().expect("target/<profile>");
+    // A test runs from target/<profile>/deps, a binary (the load generator) from
+    // target/<profile> itself.
+    if dir.ends_with("deps") {
+        dir.parent().expect("target/<profile>").to_path_buf()
+    } else {
+        dir.to_path_buf()
+    }
 }
 
 /// Path of a workspace binary, checked to exist.

@@ -111,6 +111,9 @@ pub struct StackOptions {
     pub solana_compute_unit_price: u64,
     /// An OTLP/gRPC receiver every service exports its spans to.
     pub otlp_endpoint: Option<String>,
+    /// secp256k1 keys generated into the signer's keystore (beyond the dev accounts); the
+    /// caller funds them (`anvil_setBalance`).
+    pub generated_evm_keys: usize,
 }
 
 impl Default for StackOptions {
@@ -133,6 +136,7 @@ impl Default for StackOptions {
             solana_broadcaster_rpc: None,
             solana_compute_unit_price: 0,
             otlp_endpoint: None,
+            generated_evm_keys: 0,
         }
     }
 }
@@ -180,6 +184,8 @@ pub struct Stack {
     pub solana_accounts: Vec<String>,
     /// Each process's metrics address: "gateway", "signer-0", "broadcaster-0", …
     pub metrics: Vec<(String, std::net::SocketAddr)>,
+    /// The addresses of the generated secp256k1 keys (`generated_evm_keys`).
+    pub evm_accounts: Vec<String>,
 }
 
 impl Stack {
@@ -226,8 +232,7 @@ impl Stack {
             ])
             .output()
             .expect("run sigcast-signer keys import-dev");
-        let mut solana_accounts = Vec::new();
-        for _ in 0..options.solana_accounts {
+        let generate = |algorithm: &str| {
             let generated = Command::new(crate::binary("sigcast-signer"))
                 .args(["--config"])
                 .arg(path.join("keys.toml"))
@@ -237,7 +242,7 @@ impl Stack {
                     "--backend",
                     "keystore",
                     "--algorithm",
-                    "ed25519",
+                    algorithm,
                 ])
                 .output()
                 .expect("run sigcast-signer keys generate");
@@ -246,12 +251,17 @@ impl Stack {
                 "{}",
                 String::from_utf8_lossy(&generated.stderr)
             );
-            solana_accounts.push(
-                String::from_utf8(generated.stdout)
-                    .unwrap()
-                    .trim()
-                    .to_owned(),
-            );
+            String::from_utf8(generated.stdout)
+                .unwrap()
+                .trim()
+                .to_owned()
+        };
+        let evm_accounts: Vec<String> = (0..options.generated_evm_keys)
+            .map(|_| generate("secp256k1"))
+            .collect();
+        let mut solana_accounts = Vec::new();
+        for _ in 0..options.solana_accounts {
+            solana_accounts.push(generate("ed25519"));
         }
         let cluster_table = |url: Option<&String>| {
             url.map(|url| {
@@ -371,6 +381,7 @@ impl Stack {
             dir,
             solana_accounts,
             metrics,
+            evm_accounts,
         }
     }
 

@@ -14,7 +14,6 @@ pub use worker::Worker;
 use sigcast_store::Store;
 use std::future::Future;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 
 /// Runs the work loop, and serves gRPC health on `listener`, until `shutdown` completes. On
 /// start, every non-terminal operation resumes from its stored state.
@@ -48,10 +47,13 @@ pub async fn run(
     tracing::info!(listen = %listener.local_addr()?, "broadcaster running");
     tonic::transport::Server::builder()
         .add_service(health_service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-            shutdown.await;
-            let _ = stop.send(true);
-        })
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            async move {
+                shutdown.await;
+                let _ = stop.send(true);
+            },
+        )
         .await?;
     // A pass in progress finishes its current steps; each is a whole store transaction.
     work.await?;

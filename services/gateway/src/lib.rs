@@ -18,7 +18,6 @@ use sigcast_proto::sigcast::v1::operation_service_server::OperationServiceServer
 use sigcast_store::Store;
 use std::future::Future;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 
 /// Server reflection over our API, health, and the `google.rpc` error details, so grpcurl
 /// needs no proto files and prints BadRequest / ErrorInfo details decoded. Both protocol
@@ -73,7 +72,12 @@ pub async fn run(
         .add_service(reflection_v1alpha)
         .add_service(OperatorServiceServer::new(operator))
         .add_service(operations)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        // No Nagle: a response's frames would otherwise wait on the client's delayed ACK
+        // (~40 ms per replayed submit, measured by sigcast-bench).
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown,
+        )
         .await?;
     tracing::info!("gateway stopped");
     Ok(())

@@ -22,7 +22,6 @@ use sigcast_proto::sigcast::signer::v1::signer_service_server::SignerServiceServ
 use sigcast_store::Store;
 use std::future::Future;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 
 /// Keeps key material out of core dumps and other processes' reach: no core dumps, not
 /// ptrace-attachable by same-uid processes, memory locked against swap where the OS allows.
@@ -106,7 +105,7 @@ pub async fn run(
         plain.add_service(api.clone())
     };
     servers.push(tokio::spawn(plain.serve_with_incoming_shutdown(
-        TcpListenerStream::new(listener),
+        tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
         until_stopped(),
     )));
     if let Some(path) = &config.unix_socket {
@@ -136,7 +135,7 @@ pub async fn run(
             .tls_config(tls_config)?
             .add_service(api);
         servers.push(tokio::spawn(server.serve_with_incoming_shutdown(
-            TcpListenerStream::new(listener),
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             until_stopped(),
         )));
     }

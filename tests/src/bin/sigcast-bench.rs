@@ -1,0 +1,420 @@
+//! `sigcast-bench`: the load generator. Starts anvil (`--block-time 1`) and a sigcast stack
+//! (signer, broadcaster, gateway on the embedded store, built in the same profile as this
+//! binary), then
+//!
+//! 1. `--baseline direct`: signs N transfers over K fresh accounts with alloy and sends them
+//!    straight to the node, pipelined per account, without any persistence — the ceiling;
+//! 2. submits N transfers over K other accounts through the gateway at concurrency C and
+//!    waits until all are CONFIRMED;
+//! 3. times R replayed submits and R gRPC health checks on the same gateway;
+//!
+//! and prints one table: submit latency p50/p99, time to SENT and to CONFIRMED, mined
+//! throughput of each and their ratio, replay vs health p50, each service's peak RSS.
+//! A benchmark, not a test: it asserts nothing about speed.
+
+use alloy_signer::SignerSync;
+use alloy_signer_local::PrivateKeySigner;
+use futures::StreamExt;
+use serde_json::json;
+use sigcast_domain::{EvmAddress, EvmTransfer, Intent, Wei};
+use sigcast_e2e::{Stack, StackOptions};
+use sigcast_evm::{EvmRpc, RpcPool, TxParams, build_transaction};
+use sigcast_proto::pb;
+use std::time::{Duration, Instant, SystemTime};
+
+struct Args {
+    ops: usize,
+    accounts: usize,
+    concurrency: usize,
+    baseline: bool,
+    replays: usize,
+}
+
+const USAGE: &str = "usage: sigcast-bench [--ops N (2000)] [--accounts K (4)] \
+[--concurrency C (64)] [--baseline direct|none (direct)] [--replays R (500)]";
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        ops: 2_000,
+        accounts: 4,
+        concurrency: 64,
+        baseline: true,
+        replays: 500,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "--help" || flag == "-h" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        let value = it.next().ok_or(format!("{flag} needs a value\n{USAGE}"))?;
+        let number = || {
+            value
+                .parse::<usize>()
+                .map_err(|_| format!("{flag}: not a number: {value}"))
+        };
+        match flag.as_str() {
+            "--ops" => args.ops = number()?,
+            "--accounts" => args.accounts = number()?.max(1),
+            "--concurrency" => args.concurrency = number()?.max(1),
+            "--replays" => args.replays = number()?,
+            "--baseline" => {
+                args.baseline = match value.as_str() {
+                    "direct" => true,
+                    "none" => false,
+                    _ => return Err(format!("--baseline: direct or none, not {value}")),
+                }
+            }
+            _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
+        }
+    }
+    Ok(args)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1_000.0)
+}
+
+/// Peak resident set of a process, from /proc (VmHWM), in MiB.
+fn peak_rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+fn progress(label: &str, done: usize, total: usize, started: Instant) {
+    let width = 30;
+    let filled = (done * width)
+        .checked_div(total)
+        .unwrap_or(width)
+        .min(width);
+    eprint!(
+        "\r{label:<10} [{}{}] {done}/{total} {:.0}s",
+        "#".repeat(filled),
+        "-".repeat(width - filled),
+        started.elapsed().as_secs_f64()
+    );
+    if done >= total {
+        eprintln!();
+    }
+}
+
+fn recipient(i: usize) -> String {
+    format!("0x{:040x}", 0xbe_0000_0000_u64 + i as u64)
+}
+
+async fn fund(pool: &RpcPool, account: &str) {
+    pool.read("anvil_setBalance", json!([account, "0x3635c9adc5dea00000"]))
+        .await
+        .expect("anvil_setBalance");
+}
+
+/// The ceiling: alloy signs, one endpoint receives, nothing is persisted. Returns mined tx/s.
+async fn direct_baseline(url: &str, args: &Args) -> f64 {
+    let rpc = EvmRpc::new(&[url.to_owned()], Duration::from_secs(10)).unwrap();
+    let keys: Vec<PrivateKeySigner> = (0..args.accounts)
+        .map(|_| PrivateKeySigner::random())
+        .collect();
+    for key in &keys {
+        fund(&rpc, &key.address().to_string()).await;
+    }
+    let fees = rpc.eip1559_fees().await.unwrap();
+    let per_account: Vec<Vec<usize>> = (0..args.accounts)
+        .map(|a| (0..args.ops).filter(|i| i % args.accounts == a).collect())
+        .collect();
+    let started = Instant::now();
+    let sent = std::sync::atomic::AtomicUsize::new(0);
+    futures::stream::iter(keys.iter().zip(&per_account))
+        .for_each_concurrent(args.concurrency, |(key, ops)| {
+            let rpc = &rpc;
+            let sent = &sent;
+            async move {
+                for (nonce, i) in ops.iter().enumerate() {
+                    let intent = Intent::EvmTransfer(EvmTransfer {
+                        chain_id: 31337,
+                        from: EvmAddress::from(key.address().into_array()),
+                        to: EvmAddress::parse(&recipient(*i)).unwrap(),
+                        value: Wei::parse(&(1_000 + i).to_string()).unwrap(),
+                    });
+                    let unsigned = build_transaction(
+                        &intent,
+                        TxParams {
+                            nonce: nonce as u64,
+                            gas_limit: 21_000,
+                            fees,
+                        },
+                    )
+                    .unwrap();
+                    let signature = key.sign_hash_sync(&unsigned.signature_hash()).unwrap();
+                    let signed = unsigned.into_signed(signature);
+                    let attempt = rpc.send_raw(&signed.raw).await;
+                    if let Err(e) = attempt.result {
+                        eprintln!("\nbaseline send failed: {e}");
+                    }
+                    sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        })
+        .await;
+    loop {
+        let mut mined = 0;
+        for (key, ops) in keys.iter().zip(&per_account) {
+            mined += (rpc.nonce(key.address()).await.unwrap_or(0) as usize).min(ops.len());
+        }
+        progress("baseline", mined, args.ops, started);
+        if mined >= args.ops {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    args.ops as f64 / started.elapsed().as_secs_f64()
+}
+
+fn transfer(op_id: &str, from: &str, i: usize) -> pb::SubmitOperationRequest {
+    pb::SubmitOperationRequest {
+        op_id: op_id.into(),
+        intent: Some(pb::Intent {
+            kind: Some(pb::intent::Kind::EvmTransfer(pb::EvmTransfer {
+                chain_id: 31337,
+                from: from.into(),
+                to: recipient(i),
+                value_wei: (1_000 + i).to_string(),
+            })),
+        }),
+    }
+}
+
+fn since(
+    t: Option<&prost_types::Timestamp>,
+    origin: Option<&prost_types::Timestamp>,
+) -> Option<Duration> {
+    let at = SystemTime::try_from(*t?).ok()?;
+    let from = SystemTime::try_from(*origin?).ok()?;
+    at.duration_since(from).ok()
+}
+
+#[tokio::main]
+async fn main() {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("{message}");
+            std::process::exit(2);
+        }
+    };
+    eprintln!(
+        "starting anvil and the stack ({} generated keys)…",
+        args.accounts
+    );
+    let stack = Stack::start(StackOptions {
+        accounts: 0,
+        generated_evm_keys: args.accounts,
+        ..Default::default()
+    })
+    .await;
+    let pool = RpcPool::new(
+        std::slice::from_ref(&stack.anvil.url),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    for account in &stack.evm_accounts {
+        fund(&pool, account).await;
+    }
+
+    let baseline = if args.baseline {
+        Some(direct_baseline(&stack.anvil.url, &args).await)
+    } else {
+        None
+    };
+
+    // sigcast: submit everything at concurrency C, then wait for every confirmation.
+    let client = stack.client().await;
+    let ids: Vec<String> = (0..args.ops).map(|i| format!("bench-{i:06}")).collect();
+    let started = Instant::now();
+    let submitted = std::sync::atomic::AtomicUsize::new(0);
+    let mut submit_latency: Vec<Duration> = futures::stream::iter(ids.iter().enumerate())
+        .map(|(i, id)| {
+            let mut client = client.clone();
+            let from = stack.evm_accounts[i % args.accounts].clone();
+            let submitted = &submitted;
+            async move {
+                let t = Instant::now();
+                client
+                    .submit_operation(transfer(id, &from, i))
+                    .await
+                    .expect("submit");
+                let n = submitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                if n.is_multiple_of(500) || n == args.ops {
+                    progress("submitted", n, args.ops, started);
+                }
+                t.elapsed()
+            }
+        })
+        .buffer_unordered(args.concurrency)
+        .collect()
+        .await;
+    submit_latency.sort();
+    let mut rss_peak_in_flight = Vec::new();
+    loop {
+        let mut confirmed = 0;
+        let mut page_token = String::new();
+        loop {
+            let page = client
+                .clone()
+                .list_operations(pb::ListOperationsRequest {
+                    state: pb::OperationState::Confirmed.into(),
+                    page_size: 1_000,
+                    page_token,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            confirmed += page.operations.len();
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            page_token = page.next_page_token;
+        }
+        progress("confirmed", confirmed, args.ops, started);
+        if rss_peak_in_flight.is_empty() {
+            // Peak memory with (nearly) everything in flight.
+            rss_peak_in_flight = [&stack.gateway, &stack.signers[0], &stack.broadcasters[0]]
+                .iter()
+                .map(|s| peak_rss_mib(s.pid()).unwrap_or(0.0))
+                .collect();
+        }
+        if confirmed >= args.ops {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    // Per-operation timings from the operations themselves.
+    let mut to_sent = Vec::new();
+    let mut to_confirmed = Vec::new();
+    let mut first_created: Option<SystemTime> = None;
+    let mut last_confirmed: Option<SystemTime> = None;
+    for chunk in ids.chunks(200) {
+        for id in chunk {
+            let op = client
+                .clone()
+                .get_operation(pb::GetOperationRequest { op_id: id.clone() })
+                .await
+                .unwrap()
+                .into_inner()
+                .operation
+                .unwrap();
+            if let Some(d) = since(
+                op.attempts.first().and_then(|a| a.send_time.as_ref()),
+                op.create_time.as_ref(),
+            ) {
+                to_sent.push(d);
+            }
+            if let Some(d) = since(op.update_time.as_ref(), op.create_time.as_ref()) {
+                to_confirmed.push(d);
+            }
+            let created = op.create_time.and_then(|t| SystemTime::try_from(t).ok());
+            let updated = op.update_time.and_then(|t| SystemTime::try_from(t).ok());
+            first_created = first_created.min(created).or(created).or(first_created);
+            last_confirmed = last_confirmed.max(updated);
+        }
+    }
+    to_sent.sort();
+    to_confirmed.sort();
+    let window = last_confirmed
+        .zip(first_created)
+        .and_then(|(l, f)| l.duration_since(f).ok())
+        .unwrap_or(started.elapsed());
+    let throughput = args.ops as f64 / window.as_secs_f64();
+
+    // Replays and health checks on the same gateway, one at a time.
+    let mut replay = Vec::new();
+    let mut health = Vec::new();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", stack.gateway.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health_client = tonic_health::pb::health_client::HealthClient::new(channel);
+    for (i, id) in ids.iter().enumerate().take(args.replays) {
+        let t = Instant::now();
+        let replayed = client
+            .clone()
+            .submit_operation(transfer(id, &stack.evm_accounts[i % args.accounts], i))
+            .await
+            .unwrap()
+            .into_inner()
+            .replayed;
+        replay.push(t.elapsed());
+        assert!(replayed, "a replay must be flagged");
+        let t = Instant::now();
+        health_client
+            .check(tonic_health::pb::HealthCheckRequest::default())
+            .await
+            .unwrap();
+        health.push(t.elapsed());
+    }
+    replay.sort();
+    health.sort();
+    let rss_end: Vec<f64> = [&stack.gateway, &stack.signers[0], &stack.broadcasters[0]]
+        .iter()
+        .map(|s| peak_rss_mib(s.pid()).unwrap_or(0.0))
+        .collect();
+
+    println!("\n| measure | value |\n|---|---|");
+    println!(
+        "| operations / accounts / concurrency | {} / {} / {} |",
+        args.ops, args.accounts, args.concurrency
+    );
+    println!(
+        "| submit latency p50 / p99 | {} / {} |",
+        ms(percentile(&submit_latency, 0.5)),
+        ms(percentile(&submit_latency, 0.99))
+    );
+    println!(
+        "| time to SENT p50 / p99 | {} / {} |",
+        ms(percentile(&to_sent, 0.5)),
+        ms(percentile(&to_sent, 0.99))
+    );
+    println!(
+        "| time to CONFIRMED p50 / p99 | {} / {} |",
+        ms(percentile(&to_confirmed, 0.5)),
+        ms(percentile(&to_confirmed, 0.99))
+    );
+    println!("| sigcast mined throughput | {throughput:.1} tx/s |");
+    if let Some(baseline) = baseline {
+        println!("| direct baseline mined throughput | {baseline:.1} tx/s |");
+        println!(
+            "| **ratio sigcast / baseline** | **{:.2}** |",
+            throughput / baseline
+        );
+    }
+    let (r50, h50) = (percentile(&replay, 0.5), percentile(&health, 0.5));
+    println!(
+        "| replay p50 / health-check p50 | {} / {} |",
+        ms(r50),
+        ms(h50)
+    );
+    println!(
+        "| **ratio replay / health** | **{:.2}** |",
+        r50.as_secs_f64() / h50.as_secs_f64().max(1e-9)
+    );
+    println!(
+        "| peak RSS gateway / signer / broadcaster (all in flight) | {:.0} / {:.0} / {:.0} MiB |",
+        rss_peak_in_flight[0], rss_peak_in_flight[1], rss_peak_in_flight[2]
+    );
+    println!(
+        "| peak RSS gateway / signer / broadcaster (end) | {:.0} / {:.0} / {:.0} MiB |",
+        rss_end[0], rss_end[1], rss_end[2]
+    );
+}

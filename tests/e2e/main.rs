@@ -8,6 +8,7 @@ mod endpoints;
 mod evm;
 mod gateway;
 mod keys;
+mod load_generator;
 mod mtls;
 mod naive;
 mod observability;

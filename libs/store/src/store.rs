@@ -88,7 +88,21 @@ struct Inner {
     engine: Engine,
     root: Subspace,
     permits: Semaphore,
+    /// The group-commit queue, started on first use.
+    group: std::sync::OnceLock<std::sync::mpsc::Sender<Job>>,
 }
+
+/// A transaction body with its output captured elsewhere.
+type Body = Box<dyn FnMut(&mut dyn KvTransaction) -> Result<()> + Send>;
+
+/// One caller's transaction body waiting for a group commit.
+struct Job {
+    body: Body,
+    done: tokio::sync::oneshot::Sender<Result<()>>,
+}
+
+/// Most bodies committed together.
+const GROUP_MAX: usize = 256;
 
 /// The data format this build reads and writes. Raise it with any change an older build would
 /// misread, together with the migration in [`Store::check_format`].
@@ -136,6 +150,7 @@ impl Store {
                 engine,
                 root: Subspace::all().subspace(&config.namespace.as_str()),
                 permits: Semaphore::new(config.max_concurrency.max(1)),
+                group: std::sync::OnceLock::new(),
             }),
         };
         store.check_format(FORMAT_VERSION)?;
@@ -211,6 +226,52 @@ impl Store {
             .map_err(|e| Error::Task(e.to_string()))?
     }
 
+    /// [`Store::run`] with group commit: the bodies of concurrent callers run one after the
+    /// other inside one transaction, so one commit (one fsync) carries many. Each body sees the
+    /// writes of those before it, exactly as if the transactions had run in that order, and
+    /// must be idempotent as for [`Store::run`] (a retried transaction re-runs all of them).
+    /// If a body fails, the group is rolled back and every body runs again in a transaction of
+    /// its own, so one failure never fails another caller.
+    pub async fn run_grouped<T, F>(&self, mut body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut dyn KvTransaction) -> Result<T> + Send + 'static,
+    {
+        let output = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let slot = output.clone();
+        let job_body = move |tx: &mut dyn KvTransaction| {
+            let value = body(tx)?;
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(value);
+            Ok(())
+        };
+        let (done, committed) = tokio::sync::oneshot::channel();
+        let job = Job {
+            body: Box::new(job_body),
+            done,
+        };
+        self.group_queue()
+            .send(job)
+            .map_err(|_| Error::Task("the group-commit thread is gone".into()))?;
+        committed
+            .await
+            .map_err(|_| Error::Task("the group-commit thread dropped a transaction".into()))??;
+        let value = output.lock().unwrap_or_else(|p| p.into_inner()).take();
+        value.ok_or_else(|| Error::Task("a committed body left no result".into()))
+    }
+
+    fn group_queue(&self) -> &std::sync::mpsc::Sender<Job> {
+        self.inner.group.get_or_init(|| {
+            let (sender, receiver) = std::sync::mpsc::channel::<Job>();
+            // The thread holds the store weakly: it ends when the last handle is dropped.
+            let store = std::sync::Arc::downgrade(&self.inner);
+            std::thread::Builder::new()
+                .name("store-group-commit".into())
+                .spawn(move || group_commit(&store, &receiver))
+                .expect("spawning the group-commit thread");
+            sender
+        })
+    }
+
     /// [`Store::read`] on a blocking thread, at most `max_concurrency` at once.
     pub async fn read_async<T, F>(&self, body: F) -> Result<T>
     where
@@ -227,6 +288,42 @@ impl Store {
         tokio::task::spawn_blocking(move || store.read(body))
             .await
             .map_err(|e| Error::Task(e.to_string()))?
+    }
+}
+
+/// The group-commit loop: waits for a body, takes every other one already queued (up to
+/// [`GROUP_MAX`]), and commits them in one transaction.
+fn group_commit(store: &std::sync::Weak<Inner>, queue: &std::sync::mpsc::Receiver<Job>) {
+    while let Ok(first) = queue.recv() {
+        let mut jobs = vec![first];
+        while jobs.len() < GROUP_MAX {
+            match queue.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
+            }
+        }
+        let Some(inner) = store.upgrade() else { return };
+        let store = Store { inner };
+        let together = store.run(|tx| {
+            for job in jobs.iter_mut() {
+                (job.body)(tx)?;
+            }
+            Ok(())
+        });
+        match together {
+            Ok(()) => {
+                for job in jobs {
+                    let _ = job.done.send(Ok(()));
+                }
+            }
+            // Alone, each body commits or fails on its own.
+            Err(_) => {
+                for mut job in jobs {
+                    let result = store.run(|tx| (job.body)(tx));
+                    let _ = job.done.send(result);
+                }
+            }
+        }
     }
 }
 

@@ -847,7 +847,7 @@ impl Worker {
         let now = SystemTime::now();
         let result = self
             .store
-            .run_async(move |tx| {
+            .run_grouped(move |tx| {
                 let Some(stored) = operations::get(tx, &root, &id)? else {
                     return Ok(None);
                 };

@@ -109,7 +109,7 @@ impl Gateway {
                 };
                 let now = SystemTime::now();
                 self.store
-                    .run_async(move |tx| operations::submit(tx, &root, new.clone(), now))
+                    .run_grouped(move |tx| operations::submit(tx, &root, new.clone(), now))
                     .await?
             }
         };
@@ -242,7 +242,7 @@ impl Gateway {
         let now = SystemTime::now();
         match self
             .store
-            .run_async(move |tx| operations::cancel(tx, &root, &id, now))
+            .run_grouped(move |tx| operations::cancel(tx, &root, &id, now))
             .await?
         {
             CancelOutcome::NotFound => Err(Error::NotFound(op_id)),

@@ -308,7 +308,7 @@ impl Signer {
         let caller = caller.to_owned();
         let outcome = self
             .store
-            .run_async(move |tx| {
+            .run_grouped(move |tx| {
                 let Some(stored) = operations::get(tx, &root, &id)? else {
                     return Ok(Err(Error::NotFound(id.clone())));
                 };
@@ -529,7 +529,7 @@ impl Signer {
         let caller = caller.to_owned();
         let signed = self
             .store
-            .run_async(move |tx| {
+            .run_grouped(move |tx| {
                 let Some(stored) = operations::get(tx, &root, &id)? else {
                     return Ok(Err(Error::NotFound(id.clone())));
                 };

@@ -209,3 +209,50 @@ fn a_store_written_by_a_newer_format_is_refused_not_misread() {
         "{error}"
     );
 }
+
+#[test]
+fn grouped_transactions_lose_nothing_and_one_failure_fails_no_other() {
+    let t = test_store("grouped");
+    let store = t.store.clone();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let key = store.root().pack(&("counter",));
+    let results = runtime.block_on(async {
+        let tasks: Vec<_> = (0..300)
+            .map(|i| {
+                let store = store.clone();
+                let key = key.clone();
+                tokio::spawn(async move {
+                    store
+                        .run_grouped(move |tx| {
+                            if i == 150 {
+                                return Err(Error::Task("this body fails".into()));
+                            }
+                            let value = tx
+                                .get(&key)?
+                                .map_or(0, |v| u64::from_be_bytes(v.try_into().unwrap()));
+                            tx.set(&key, &(value + 1).to_be_bytes())?;
+                            Ok(value + 1)
+                        })
+                        .await
+                })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for task in tasks {
+            results.push(task.await.unwrap());
+        }
+        results
+    });
+    let failed: Vec<usize> = results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.is_err())
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(failed, [150], "only the failing body fails");
+    // Every other body committed exactly once, and each saw the ones before it.
+    assert_eq!(counter(&store), 299);
+    let mut seen: Vec<u64> = results.into_iter().filter_map(Result::ok).collect();
+    seen.sort_unstable();
+    assert_eq!(seen, (1..=299).collect::<Vec<_>>());
+}

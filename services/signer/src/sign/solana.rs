@@ -388,7 +388,7 @@ impl Signer {
         let cluster = op.chain.trim_start_matches("solana:").to_owned();
         let outcome = self
             .store
-            .run_async(move |tx| {
+            .run_grouped(move |tx| {
                 let Some(stored) = operations::get(tx, &root, &id)? else {
                     return Ok(Err(Error::NotFound(id.clone())));
                 };

@@ -1,0 +1,37 @@
+//! The load generator runs (CI runs it once, small, to prove it works; its figures are not
+//! checked: benchmarks are not tests).
+
+#[test]
+fn the_load_generator_runs_a_small_load_and_reports_its_ratios() {
+    let output = std::process::Command::new(sigcast_e2e::binary("sigcast-bench"))
+        .args([
+            "--ops",
+            "40",
+            "--accounts",
+            "2",
+            "--concurrency",
+            "8",
+            "--replays",
+            "20",
+        ])
+        .output()
+        .expect("run sigcast-bench");
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{report}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for line in [
+        "| operations / accounts / concurrency | 40 / 2 / 8 |",
+        "ratio sigcast / baseline",
+        "ratio replay / health",
+        "peak RSS gateway / signer / broadcaster",
+    ] {
+        assert!(report.contains(line), "{line} in:\n{report}");
+    }
+    assert!(
+        !String::from_utf8_lossy(&output.stderr).contains("baseline send failed"),
+        "the baseline's sends all went through"
+    );
+}

@@ -72,7 +72,14 @@ pub trait ServiceConfig: Serialize + DeserializeOwned + Default {
 /// Runs a service's async main on a multi-threaded runtime; a failure is printed as one line
 /// with its cause chain (no backtrace for a configuration mistake) and exits 1.
 pub fn main(service: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
-    let result = tokio::runtime::Runtime::new()
+    // 1 MiB stacks, not 2: the signer locks its memory (mlockall), which makes every thread's
+    // whole stack resident; nothing here recurses deeply. Blocking threads are bounded well
+    // above the store's transaction concurrency.
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(1024 * 1024)
+        .max_blocking_threads(64)
+        .build()
         .map_err(anyhow::Error::from)
         .and_then(|rt| rt.block_on(service));
     match result {

@@ -37,12 +37,16 @@ pub struct Config {
     pub confirmations: u64,
     /// How long after a send without inclusion the same bytes are sent again, in milliseconds.
     pub rebroadcast_ms: u64,
+    /// An operation just sent (or just answered) is checked against the chain again only
+    /// after this long, in milliseconds: no block can hold it sooner, and every check is a
+    /// read on the node that also takes the sends.
+    pub check_after_ms: u64,
     /// How long an attempt may wait for inclusion before a replacement with higher fees is
     /// signed at the same nonce, in milliseconds; 0 turns fee bumps off.
     pub fee_bump_after_ms: u64,
     /// Timeout of one RPC request, in milliseconds; a send that times out is an unknown outcome.
     pub rpc_timeout_ms: u64,
-    /// Operations worked on at once.
+    /// Operations worked on at once, per stage (signing, sending, checking).
     pub concurrency: usize,
     /// Logging.
     pub log: LogConfig,
@@ -102,9 +106,10 @@ impl Default for Config {
             poll_ms: 200,
             confirmations: 1,
             rebroadcast_ms: 6_000,
+            check_after_ms: 500,
             fee_bump_after_ms: 60_000,
             rpc_timeout_ms: 5_000,
-            concurrency: 32,
+            concurrency: 64,
             log: LogConfig::default(),
             tracing: TracingConfig::default(),
             metrics_listen: None,

@@ -42,6 +42,7 @@ pub struct Worker {
     solana_commitment: String,
     confirmations: u64,
     rebroadcast: Duration,
+    check_after: Duration,
     fee_bump_after: Option<Duration>,
     concurrency: usize,
 }
@@ -75,6 +76,7 @@ impl Worker {
             solana_commitment: config.solana_commitment.clone(),
             confirmations: config.confirmations,
             rebroadcast: Duration::from_millis(config.rebroadcast_ms),
+            check_after: Duration::from_millis(config.check_after_ms),
             fee_bump_after: (config.fee_bump_after_ms > 0)
                 .then(|| Duration::from_millis(config.fee_bump_after_ms)),
             concurrency: config.concurrency,
@@ -83,6 +85,15 @@ impl Worker {
 
     /// One pass over every non-terminal operation of the served chains.
     pub async fn pass(&self) -> anyhow::Result<()> {
+        // The three stages work on disjoint states and each transition checks the state it
+        // expects, so they run side by side: signing never waits for sends or checks.
+        let (signed, sent, checked) =
+            tokio::join!(self.sign_stage(), self.send_stage(), self.check_stage());
+        signed.and(sent).and(checked)
+    }
+
+    /// RECEIVED → SIGNED.
+    async fn sign_stage(&self) -> anyhow::Result<()> {
         let received = self.in_state(pb::OperationState::Received).await?;
         futures::stream::iter(received)
             .for_each_concurrent(self.concurrency, |op| async move {
@@ -90,8 +101,13 @@ impl Worker {
                 self.sign(op).instrument(span).await
             })
             .await;
+        Ok(())
+    }
 
-        // Sends of one account go out in nonce order; accounts proceed side by side.
+    /// SIGNED → SENT. Sends of one account go out in nonce order; accounts proceed side by
+    /// side. (An account's SIGNED operations are a run of consecutive nonces: a nonce is
+    /// allocated in the transaction that makes its operation SIGNED.)
+    async fn send_stage(&self) -> anyhow::Result<()> {
         let mut by_account: BTreeMap<(String, String), Vec<pb::Operation>> = BTreeMap::new();
         for op in self.in_state(pb::OperationState::Signed).await? {
             by_account
@@ -102,15 +118,25 @@ impl Worker {
         futures::stream::iter(by_account.into_values())
             .for_each_concurrent(self.concurrency, |mut ops| async move {
                 ops.sort_by_key(evm_nonce);
-                for op in ops {
-                    let span = op_span("FirstSend", &op.op_id);
-                    self.first_send(op).instrument(span).await;
-                }
+                self.first_sends(ops).await;
             })
             .await;
+        Ok(())
+    }
 
+    /// SENT → CONFIRMED | REJECTED | CANCELLED, or a resend or replacement.
+    async fn check_stage(&self) -> anyhow::Result<()> {
         let sent = self.in_state(pb::OperationState::Sent).await?;
-        futures::stream::iter(sent)
+        let recent = |op: &pb::Operation| {
+            let Some(last) = op.attempts.last() else {
+                return false;
+            };
+            let at = last.outcome_time.as_ref().or(last.send_time.as_ref());
+            at.and_then(|t| SystemTime::try_from(*t).ok())
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|elapsed| elapsed < self.check_after)
+        };
+        futures::stream::iter(sent.into_iter().filter(|op| !recent(op)))
             .for_each_concurrent(self.concurrency, |op| async move {
                 let span = op_span("Check", &op.op_id);
                 span.record("chain", op.chain.as_str());
@@ -180,10 +206,10 @@ impl Worker {
 
     /// SIGNED → SENT: record the attempt, then send it. A cancel asked for before the first
     /// send takes the nonce with a cancel replacement instead: the nonce must be used.
-    async fn first_send(&self, op: pb::Operation) {
-        let Some(mut attempt) = op.attempts.last().map(|a| a.number) else {
-            return;
-        };
+    /// Returns the operation as recorded SENT and the attempt to send, or `None` if there is
+    /// nothing to send (it moved on, or was cancelled before its first send).
+    async fn prepare_first_send(&self, op: pb::Operation) -> Option<(pb::Operation, u32)> {
+        let mut attempt = op.attempts.last().map(|a| a.number)?;
         if op.cancel_requested
             && self.solana.contains_key(&op.chain)
             && nonce_account(&op).is_none()
@@ -197,13 +223,10 @@ impl Worker {
                 });
             })
             .await;
-            return;
+            return None;
         }
         if op.cancel_requested && !has_self_transfer(&op) {
-            match self.replace(&op, SignPurpose::Cancel, attempt).await {
-                Some(number) => attempt = number,
-                None => return,
-            }
+            attempt = self.replace(&op, SignPurpose::Cancel, attempt).await?;
         }
         let now = SystemTime::now();
         let recorded = self
@@ -215,9 +238,36 @@ impl Worker {
                 }
             })
             .await;
-        if let Some(op) = recorded {
-            self.send(&op, attempt).await;
+        recorded.map(|op| (op, attempt))
+    }
+
+    /// First sends of one account's SIGNED operations, in nonce order. Every attempt is
+    /// recorded SENT before any of them goes out (their records commit together), each goes
+    /// out to one endpoint in turn, and their outcomes are recorded together after. A crash
+    /// in between leaves operations SENT without an outcome: the check resolves them from
+    /// chain state, as for any unknown outcome.
+    async fn first_sends(&self, ops: Vec<pb::Operation>) {
+        let prepared = futures::future::join_all(ops.into_iter().map(|op| {
+            let span = op_span("FirstSend", &op.op_id);
+            let prepare = self.prepare_first_send(op).instrument(span.clone());
+            async move { (prepare.await, span) }
+        }))
+        .await;
+        let mut outcomes = Vec::new();
+        for (prepared, parent) in prepared {
+            let Some((op, attempt)) = prepared else {
+                continue;
+            };
+            let span = parent.in_scope(|| send_span(&op, attempt));
+            if let Some(sent) = self.transmit(&op, attempt).instrument(span.clone()).await {
+                outcomes.push(async move {
+                    self.record_outcome(&op, attempt, sent, &span)
+                        .instrument(span.clone())
+                        .await
+                });
+            }
         }
+        futures::future::join_all(outcomes).await;
     }
 
     /// Asks the signer for a replacement of attempt `last` at the same nonce; returns the
@@ -239,24 +289,27 @@ impl Worker {
 
     /// Sends an attempt's stored bytes to one endpoint and records the outcome.
     async fn send(&self, op: &pb::Operation, attempt: u32) {
-        let span = tracing::info_span!(
-            "send",
-            otel.name = "Send",
-            op.id = %op.op_id,
-            attempt,
-            endpoint = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
-        self.send_attempt(op, attempt, &span)
-            .instrument(span.clone())
-            .await;
+        let span = send_span(op, attempt);
+        async {
+            if let Some(sent) = self.transmit(op, attempt).await {
+                self.record_outcome(op, attempt, sent, &span).await;
+            }
+        }
+        .instrument(span.clone())
+        .await;
     }
 
-    async fn send_attempt(&self, op: &pb::Operation, attempt: u32, span: &tracing::Span) {
+    /// Sends an attempt's stored bytes to one endpoint, once; returns the endpoint and what
+    /// it answered.
+    async fn transmit(
+        &self,
+        op: &pb::Operation,
+        attempt: u32,
+    ) -> Option<(String, Result<(), sigcast_evm::RpcError>)> {
         let evm = self.chains.get(&op.chain);
         let solana = self.solana.get(&op.chain);
         if evm.is_none() && solana.is_none() {
-            return;
+            return None;
         }
         let root = self.store.root().clone();
         let id = op.op_id.clone();
@@ -268,25 +321,35 @@ impl Worker {
             Ok(Some(raw)) => raw,
             Ok(None) => {
                 tracing::error!(op.id = %op.op_id, attempt, "signed payload missing from the store");
-                return;
+                return None;
             }
             Err(error) => {
                 tracing::warn!(op.id = %op.op_id, %error, "reading payload");
-                return;
+                return None;
             }
         };
-        let (endpoint, result) = match (evm, solana) {
+        match (evm, solana) {
             (Some(chain), _) => {
                 let sent = chain.pool.send_raw(&raw).await;
-                (sent.endpoint, sent.result.map(|_| ()))
+                Some((sent.endpoint, sent.result.map(|_| ())))
             }
             (None, Some(rpc)) => {
                 let sent = rpc.send_transaction(&raw).await;
-                (sent.endpoint, sent.result.map(|_| ()))
+                Some((sent.endpoint, sent.result.map(|_| ())))
             }
-            (None, None) => return,
-        };
-        let solana_send = solana.is_some();
+            (None, None) => None,
+        }
+    }
+
+    /// Records what the endpoint said of an attempt.
+    async fn record_outcome(
+        &self,
+        op: &pb::Operation,
+        attempt: u32,
+        (endpoint, result): (String, Result<(), sigcast_evm::RpcError>),
+        span: &tracing::Span,
+    ) {
+        let solana_send = self.solana.contains_key(&op.chain);
         let (outcome, error) = match &result {
             Ok(()) => (pb::AttemptOutcome::Accepted, None),
             // Solana: a duplicate is as good as accepted; anything else is resolved from
@@ -874,6 +937,18 @@ impl Worker {
             }
         }
     }
+}
+
+/// The span of one send of an attempt, under the current span.
+fn send_span(op: &pb::Operation, attempt: u32) -> tracing::Span {
+    tracing::info_span!(
+        "send",
+        otel.name = "Send",
+        op.id = %op.op_id,
+        attempt,
+        endpoint = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    )
 }
 
 /// Counts an operation entering its state and, once terminal, how an unknown send outcome

@@ -72,17 +72,54 @@ pub struct Signed {
 struct EvmChain {
     pool: EvmRpc,
     tx_type: TxType,
+    /// The last fees read and when: under load every signature would otherwise read them.
+    fees: std::sync::Mutex<Option<(std::time::Instant, Fees)>>,
+    /// Each account's nonce as last read from the chain, and when.
+    nonces: std::sync::Mutex<HashMap<Address, (std::time::Instant, u64)>>,
 }
 
+/// How long fees and nonces read from the chain are reused (about a block; a fee bump covers
+/// a rise in fees).
+const CHAIN_READS_FRESH_FOR: Duration = Duration::from_secs(1);
+
 impl EvmChain {
-    /// Fees for a new transaction now, of the configured type.
-    async fn current_fees(&self) -> sigcast_jsonrpc::Result<Fees> {
-        match self.tx_type {
-            TxType::Eip1559 => self.pool.eip1559_fees().await,
-            TxType::Legacy => Ok(Fees::Legacy {
-                gas_price: self.pool.gas_price().await?,
-            }),
+    /// The account's transaction count on chain, read at most once a second. Allocation takes
+    /// the larger of it and the store's next nonce, so a value up to a second old only delays
+    /// noticing a send made outside sigcast; it never hands out a used nonce twice (the store
+    /// does not) and the broadcaster proves such a nonce consumed from fresh reads.
+    async fn chain_nonce(&self, account: Address) -> sigcast_jsonrpc::Result<u64> {
+        let cached = self
+            .nonces
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&account)
+            .copied();
+        if let Some((_, nonce)) = cached.filter(|(at, _)| at.elapsed() < CHAIN_READS_FRESH_FOR) {
+            return Ok(nonce);
         }
+        let nonce = self.pool.nonce(account).await?;
+        self.nonces
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(account, (std::time::Instant::now(), nonce));
+        Ok(nonce)
+    }
+
+    /// Fees for a new transaction now, of the configured type (read at most once a second).
+    async fn current_fees(&self) -> sigcast_jsonrpc::Result<Fees> {
+        let cached = *self.fees.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, fees)) = cached.filter(|(at, _)| at.elapsed() < CHAIN_READS_FRESH_FOR) {
+            return Ok(fees);
+        }
+        let fees = match self.tx_type {
+            TxType::Eip1559 => self.pool.eip1559_fees().await?,
+            TxType::Legacy => Fees::Legacy {
+                gas_price: self.pool.gas_price().await?,
+            },
+        };
+        *self.fees.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((std::time::Instant::now(), fees));
+        Ok(fees)
     }
 }
 
@@ -119,6 +156,8 @@ impl Signer {
                 EvmChain {
                     pool: EvmRpc::new(&chain.rpc_urls, timeout)?,
                     tx_type: chain.tx_type,
+                    fees: std::sync::Mutex::new(None),
+                    nonces: std::sync::Mutex::new(HashMap::new()),
                 },
             );
         }
@@ -283,8 +322,11 @@ impl Signer {
             op_id: op_id.to_owned(),
             source,
         };
-        let chain_nonce = chain.pool.nonce(from).await.map_err(chain_error)?;
-        let fees = chain.current_fees().await.map_err(chain_error)?;
+        let (chain_nonce, fees) = tokio::join!(chain.chain_nonce(from), chain.current_fees());
+        let (chain_nonce, fees) = (
+            chain_nonce.map_err(chain_error)?,
+            fees.map_err(chain_error)?,
+        );
         let gas_limit = match &intent {
             Intent::EvmContractCall(c) => match c.gas_limit {
                 Some(limit) => limit,

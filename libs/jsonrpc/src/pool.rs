@@ -76,7 +76,7 @@ impl Endpoint {
 /// One send: where it went and what came back.
 #[derive(Debug)]
 pub struct SendAttempt<T> {
-    /// The endpoint the request went to.
+    /// The endpoint the request went to: scheme, host and port (no path, which may hold a key).
     pub endpoint: String,
     /// Its result, or its failure.
     pub result: Result<T, RpcError>,
@@ -137,7 +137,7 @@ impl RpcPool {
     async fn call(&self, index: usize, method: &str, params: &Value) -> Result<Value, RpcError> {
         let endpoint = &self.endpoints[index];
         let started = Instant::now();
-        let result = self.post(&endpoint.url, method, params).await;
+        let result = self.post(endpoint, method, params).await;
         let elapsed = started.elapsed();
         let answered = result.is_ok() || matches!(result, Err(RpcError::Node { .. }));
         endpoint.record(elapsed, answered);
@@ -158,7 +158,14 @@ impl RpcPool {
         result
     }
 
-    async fn post(&self, url: &str, method: &str, params: &Value) -> Result<Value, RpcError> {
+    /// One request. Errors name the endpoint by its label: URLs often carry API keys.
+    async fn post(
+        &self,
+        endpoint: &Endpoint,
+        method: &str,
+        params: &Value,
+    ) -> Result<Value, RpcError> {
+        let (url, label) = (endpoint.url.as_str(), endpoint.label.as_str());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
         let response = self
@@ -169,31 +176,31 @@ impl RpcPool {
             .send()
             .await
             .map_err(|e| RpcError::Transport {
-                endpoint: url.to_owned(),
+                endpoint: label.to_owned(),
                 message: e.to_string(),
                 maybe_delivered: !e.is_connect(),
             })?;
         let status = response.status();
         if !status.is_success() {
             return Err(RpcError::Http {
-                endpoint: url.to_owned(),
+                endpoint: label.to_owned(),
                 status: status.as_u16(),
             });
         }
         let bytes = response.bytes().await.map_err(|e| RpcError::Transport {
-            endpoint: url.to_owned(),
+            endpoint: label.to_owned(),
             message: e.to_string(),
             maybe_delivered: true,
         })?;
         let malformed = |message: String| RpcError::Malformed {
-            endpoint: url.to_owned(),
+            endpoint: label.to_owned(),
             message,
         };
         let mut reply: Value =
             serde_json::from_slice(&bytes).map_err(|e| malformed(e.to_string()))?;
         if let Some(error) = reply.get("error") {
             return Err(RpcError::Node {
-                endpoint: url.to_owned(),
+                endpoint: label.to_owned(),
                 code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
                 message: error
                     .get("message")
@@ -278,7 +285,7 @@ impl RpcPool {
         let index = self.ranked()[0];
         let result = self.call(index, method, &params).await;
         SendAttempt {
-            endpoint: self.endpoints[index].url.clone(),
+            endpoint: self.endpoints[index].label.clone(),
             result,
         }
     }
@@ -299,5 +306,26 @@ pub fn unexpected(method: &'static str, value: &Value) -> Error {
     Error::Unexpected {
         method,
         value: value.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_endpoint_s_path_never_reaches_an_error_or_a_send_record() {
+        // Providers put API keys in the path; nothing listens on port 1.
+        let pool = RpcPool::new(
+            &["http://127.0.0.1:1/v2/SECRETKEY".to_owned()],
+            Duration::from_secs(2),
+        )
+        .unwrap();
+        let sent = pool.send("eth_sendRawTransaction", json!(["0x00"])).await;
+        assert_eq!(sent.endpoint, "http://127.0.0.1:1");
+        let error = sent.result.unwrap_err().to_string();
+        assert!(!error.contains("SECRETKEY"), "{error}");
+        let read = pool.read("eth_blockNumber", json!([])).await.unwrap_err();
+        assert!(!read.to_string().contains("SECRETKEY"), "{read}");
     }
 }

@@ -1,7 +1,7 @@
 //! Micro-benchmarks of the store's hot operations on the embedded backend, each a committed
 //! transaction as the services run it (WAL, synchronous=FULL: every commit is an fsync):
-//! nonce allocation on one account, submit of a new operation, and the replay lookup — the
-//! last two on an empty store and on one holding `SIGCAST_BENCH_STORED` operations (default
+//! nonce allocation on one account, submit of a new operation, and the replay lookup — each
+//! on an empty store and on one holding `SIGCAST_BENCH_STORED` operations (default
 //! 1,000,000; filling it takes a minute or two).
 //!
 //! `cargo bench -p sigcast-store`
@@ -58,8 +58,18 @@ fn fill(store: &Store, count: usize) {
     }
 }
 
-fn submit_and_replay(c: &mut Criterion, label: &str, store: &Store) {
+fn allocate_submit_and_replay(c: &mut Criterion, label: &str, store: &Store) {
     let root = store.root().clone();
+    let op = AtomicU64::new(0);
+    c.bench_function(&format!("nonce_allocation/one_account/{label}"), |b| {
+        b.iter(|| {
+            let id = format!("nonce-op-{label}-{}", op.fetch_add(1, Ordering::Relaxed));
+            store
+                .run(|tx| accounts::allocate_nonce(tx, &root, "eip155:1", "0xabc", &id, 0))
+                .unwrap()
+                .unwrap()
+        })
+    });
     let next = AtomicU64::new(0);
     c.bench_function(&format!("submit/{label}"), |b| {
         b.iter(|| {
@@ -85,18 +95,7 @@ fn submit_and_replay(c: &mut Criterion, label: &str, store: &Store) {
 fn benches(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir);
-    let root = store.root().clone();
-    let op = AtomicU64::new(0);
-    c.bench_function("nonce_allocation/one_account", |b| {
-        b.iter(|| {
-            let id = format!("nonce-op-{}", op.fetch_add(1, Ordering::Relaxed));
-            store
-                .run(|tx| accounts::allocate_nonce(tx, &root, "eip155:1", "0xabc", &id, 0))
-                .unwrap()
-                .unwrap()
-        })
-    });
-    submit_and_replay(c, "empty", &store);
+    allocate_submit_and_replay(c, "empty", &store);
 
     let stored: usize = std::env::var("SIGCAST_BENCH_STORED")
         .ok()
@@ -106,7 +105,7 @@ fn benches(c: &mut Criterion) {
     let big = open(&big_dir);
     eprintln!("filling a store with {stored} operations…");
     fill(&big, stored);
-    submit_and_replay(c, &format!("{stored}_stored"), &big);
+    allocate_submit_and_replay(c, &format!("{stored}_stored"), &big);
 }
 
 criterion_group! {

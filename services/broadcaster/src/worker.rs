@@ -563,8 +563,9 @@ impl Worker {
                 return; // a receipt exists (or could not be read): the next pass confirms
             }
             let evidence = format!(
-                "endpoint {url} reports account {account} at nonce {seen}, past this operation's nonce {nonce}, \
-                 and no receipt for any of its transactions {hashes:?}: the nonce was consumed by another transaction"
+                "endpoint {} reports account {account} at nonce {seen}, past this operation's nonce {nonce}, \
+                 and no receipt for any of its transactions {hashes:?}: the nonce was consumed by another transaction",
+                metrics::endpoint_label(url)
             );
             tracing::warn!(op.id = %op.op_id, %evidence, "operation rejected");
             self.update(&op.op_id, OperationState::Sent, move |op| {
@@ -748,8 +749,9 @@ impl Worker {
             }
             if op.cancel_requested {
                 let evidence = format!(
-                    "endpoint {url} is at block height {height}, past {last_valid}, and knows none of {signatures:?}: \
-                     the signed transaction can never land"
+                    "endpoint {} is at block height {height}, past {last_valid}, and knows none of {signatures:?}: \
+                     the signed transaction can never land",
+                    metrics::endpoint_label(url)
                 );
                 self.update(&op.op_id, OperationState::Sent, move |op| {
                     op.set_state(state_to_proto(OperationState::Cancelled));
@@ -762,7 +764,7 @@ impl Worker {
                 return;
             }
             let last = op.attempts.last().map_or(0, |a| a.number);
-            tracing::info!(op.id = %op.op_id, %url, height, last_valid, "blockhash expired and no attempt landed: re-signing");
+            tracing::info!(op.id = %op.op_id, endpoint = %metrics::endpoint_label(url), height, last_valid, "blockhash expired and no attempt landed: re-signing");
             if let Some(number) = self
                 .replace(op, SignPurpose::Resign, last)
                 .await
@@ -827,8 +829,9 @@ impl Worker {
             }
             if op.cancel_requested || has_self_transfer(op) {
                 let evidence = format!(
-                    "endpoint {url} shows nonce account {} at {now}, past {carried}, and none of {signatures:?}: \
+                    "endpoint {} shows nonce account {} at {now}, past {carried}, and none of {signatures:?}: \
                      nothing of the operation can land",
+                    metrics::endpoint_label(url),
                     signing.nonce_account
                 );
                 self.update(&op.op_id, OperationState::Sent, move |op| {
@@ -842,7 +845,7 @@ impl Worker {
                 return;
             }
             let last = op.attempts.last().map_or(0, |a| a.number);
-            tracing::info!(op.id = %op.op_id, %url, nonce_account = %signing.nonce_account, "nonce advanced and no attempt landed: re-signing");
+            tracing::info!(op.id = %op.op_id, endpoint = %metrics::endpoint_label(url), nonce_account = %signing.nonce_account, "nonce advanced and no attempt landed: re-signing");
             if let Some(number) = self
                 .replace(op, SignPurpose::Resign, last)
                 .await

@@ -177,8 +177,9 @@ impl RpcPool {
             .await
             .map_err(|e| RpcError::Transport {
                 endpoint: label.to_owned(),
-                message: e.to_string(),
                 maybe_delivered: !e.is_connect(),
+                // reqwest's message names the whole URL; the label stands for it.
+                message: e.without_url().to_string(),
             })?;
         let status = response.status();
         if !status.is_success() {
@@ -189,7 +190,7 @@ impl RpcPool {
         }
         let bytes = response.bytes().await.map_err(|e| RpcError::Transport {
             endpoint: label.to_owned(),
-            message: e.to_string(),
+            message: e.without_url().to_string(),
             maybe_delivered: true,
         })?;
         let malformed = |message: String| RpcError::Malformed {

@@ -222,6 +222,23 @@ impl Signer {
             || self.allowed_certificates.iter().any(|f| f == fingerprint)
     }
 
+    /// Runs a signing transaction: grouped with other callers' when the key signs in this
+    /// process (microseconds), alone when it signs in a token — a slow HSM would otherwise
+    /// hold a whole group's transaction (and SQLite's write lock) open.
+    async fn commit<T, F>(&self, in_process: bool, body: F) -> sigcast_store::Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut dyn sigcast_store::KvTransaction) -> sigcast_store::Result<T>
+            + Send
+            + 'static,
+    {
+        if in_process {
+            self.store.run_grouped(body).await
+        } else {
+            self.store.run_async(body).await
+        }
+    }
+
     /// The keys held.
     pub fn keys(&self) -> &Keyring {
         &self.keys
@@ -348,9 +365,9 @@ impl Signer {
         let id = op_id.to_owned();
         let now = SystemTime::now();
         let caller = caller.to_owned();
+        let in_process = key.backend() == "keystore";
         let outcome = self
-            .store
-            .run_grouped(move |tx| {
+            .commit(in_process, move |tx| {
                 let Some(stored) = operations::get(tx, &root, &id)? else {
                     return Ok(Err(Error::NotFound(id.clone())));
                 };
@@ -569,9 +586,9 @@ impl Signer {
         let id = op_id.to_owned();
         let now = SystemTime::now();
         let caller = caller.to_owned();
+        let in_process = key.backend() == "keystore";
         let signed = self
-            .store
-            .run_grouped(move |tx| {
+            .commit(in_process, move |tx| {
                 let Some(stored) = operations::get(tx, &root, &id)? else {
                     return Ok(Err(Error::NotFound(id.clone())));
                 };

@@ -386,9 +386,9 @@ impl Signer {
         let caller = caller.to_owned();
         let id = op_id.clone();
         let cluster = op.chain.trim_start_matches("solana:").to_owned();
+        let in_process = keys.iter().all(|k| k.backend() == "keystore");
         let outcome = self
-            .store
-            .run_grouped(move |tx| {
+            .commit(in_process, move |tx| {
                 let Some(stored) = operations::get(tx, &root, &id)? else {
                     return Ok(Err(Error::NotFound(id.clone())));
                 };

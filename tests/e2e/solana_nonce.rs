@@ -3,7 +3,10 @@
 
 use crate::evm::wait_terminal;
 use crate::solana_node::SolanaNode;
-use crate::solana_ops::{FEE, SOL, balance, get, key_bytes, recipient, sol_transfer, wait_state};
+use crate::solana_ops::{
+    FEE, SOL, assert_confirmed_by_one_resign, balance, get, key_bytes, recipient, sol_transfer,
+    wait_state,
+};
 use sigcast_e2e::{FaultProxy, Stack, StackOptions};
 use sigcast_evm::RpcPool;
 use sigcast_proto::pb;
@@ -340,20 +343,7 @@ async fn a_nonce_advanced_elsewhere_is_proven_and_the_operation_re_signed_once()
 
     let done = wait_terminal(&stack, &["moved-nonce".into()], Duration::from_secs(60)).await;
     let op = &done["moved-nonce"];
-    assert_eq!(
-        op.state(),
-        pb::OperationState::Confirmed,
-        "{op:?}\n{}",
-        stack.logs()
-    );
-    assert_eq!(
-        op.attempts.len(),
-        2,
-        "re-signed exactly once: {:?}",
-        op.attempts
-    );
-    assert_eq!(op.attempts[1].reason, "resign");
-    assert_eq!(op.result.as_ref().unwrap().tx_id, op.attempts[1].tx_id);
+    assert_confirmed_by_one_resign(&stack, op);
     let Some(pb::operation::Signing::Solana(signing)) = &op.signing else {
         panic!("{op:?}")
     };

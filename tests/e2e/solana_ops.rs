@@ -243,20 +243,7 @@ async fn an_outage_past_the_blockhash_lifetime_re_signs_exactly_once_after_expir
 
     let done = wait_terminal(&stack, &["through-outage".into()], Duration::from_secs(60)).await;
     let op = &done["through-outage"];
-    assert_eq!(
-        op.state(),
-        pb::OperationState::Confirmed,
-        "{op:?}\n{}",
-        stack.logs()
-    );
-    assert_eq!(
-        op.attempts.len(),
-        2,
-        "re-signed exactly once: {:?}",
-        op.attempts
-    );
-    assert_eq!(op.attempts[1].reason, "resign");
-    assert_eq!(op.result.as_ref().unwrap().tx_id, op.attempts[1].tx_id);
+    assert_confirmed_by_one_resign(&stack, op);
     let pool = RpcPool::new(std::slice::from_ref(&node.url), Duration::from_secs(5)).unwrap();
     assert_eq!(
         balance(&pool, &recipient(0)).await,
@@ -320,6 +307,24 @@ async fn a_transaction_that_fails_on_chain_is_confirmed_with_the_failure_and_not
         again.revision, op.revision,
         "terminal: nothing changes after"
     );
+}
+
+/// CONFIRMED by its second signature, made after proof that the first could never land.
+pub(crate) fn assert_confirmed_by_one_resign(stack: &Stack, op: &pb::Operation) {
+    assert_eq!(
+        op.state(),
+        pb::OperationState::Confirmed,
+        "{op:?}\n{}",
+        stack.logs()
+    );
+    assert_eq!(
+        op.attempts.len(),
+        2,
+        "re-signed exactly once: {:?}",
+        op.attempts
+    );
+    assert_eq!(op.attempts[1].reason, "resign");
+    assert_eq!(op.result.as_ref().unwrap().tx_id, op.attempts[1].tx_id);
 }
 
 pub(crate) async fn get(stack: &Stack, op_id: &str) -> pb::Operation {

@@ -9,3 +9,4 @@ mod pool;
 
 pub use error::{Error, Result, RpcError};
 pub use pool::{RpcPool, SendAttempt, quantity, quantity_u128, unexpected};
+pub use sigcast_telemetry::metrics::endpoint_label;

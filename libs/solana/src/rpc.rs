@@ -39,6 +39,14 @@ fn parse_account_data(value: &Value) -> Option<Option<Vec<u8>>> {
         .map(Some)
 }
 
+/// An answer from `url` that does not parse; the endpoint named without its path.
+fn malformed(url: &str, what: &str) -> RpcError {
+    RpcError::Malformed {
+        endpoint: sigcast_jsonrpc::endpoint_label(url),
+        message: format!("unexpected {what}"),
+    }
+}
+
 fn account_params(account: &[u8; 32]) -> Value {
     json!([
         bs58::encode(account).into_string(),
@@ -125,21 +133,21 @@ impl SolanaRpc {
         signatures: &[String],
     ) -> std::result::Result<(u64, Vec<Option<SignatureStatus>>), RpcError> {
         let height = self.read_from(url, "getBlockHeight", json!([])).await?;
-        let statuses = self
-            .read_from(
-                url,
-                "getSignatureStatuses",
-                json!([signatures, { "searchTransactionHistory": true }]),
-            )
-            .await?;
-        let malformed = |what: &str| RpcError::Malformed {
-            endpoint: url.to_owned(),
-            message: format!("unexpected {what}"),
-        };
-        Ok((
-            height.as_u64().ok_or_else(|| malformed("block height"))?,
-            parse_statuses(&statuses).ok_or_else(|| malformed("statuses"))?,
-        ))
+        let height = height
+            .as_u64()
+            .ok_or_else(|| malformed(url, "block height"))?;
+        Ok((height, self.statuses_from(url, signatures).await?))
+    }
+
+    /// Statuses of `signatures` as one endpoint sees them, searching its whole history.
+    async fn statuses_from(
+        &self,
+        url: &str,
+        signatures: &[String],
+    ) -> std::result::Result<Vec<Option<SignatureStatus>>, RpcError> {
+        let params = json!([signatures, { "searchTransactionHistory": true }]);
+        let value = self.read_from(url, "getSignatureStatuses", params).await?;
+        parse_statuses(&value).ok_or_else(|| malformed(url, "statuses"))
     }
 
     /// A nonce account's state at `confirmed` (hedged): `None` if it is missing or not an
@@ -162,21 +170,10 @@ impl SolanaRpc {
         let info = self
             .read_from(url, "getAccountInfo", account_params(account))
             .await?;
-        let statuses = self
-            .read_from(
-                url,
-                "getSignatureStatuses",
-                json!([signatures, { "searchTransactionHistory": true }]),
-            )
-            .await?;
-        let malformed = |what: &str| RpcError::Malformed {
-            endpoint: url.to_owned(),
-            message: format!("unexpected {what}"),
-        };
-        let data = parse_account_data(&info).ok_or_else(|| malformed("account info"))?;
+        let data = parse_account_data(&info).ok_or_else(|| malformed(url, "account info"))?;
         Ok(NonceView {
             nonce: data.as_deref().and_then(crate::parse_nonce_account),
-            statuses: parse_statuses(&statuses).ok_or_else(|| malformed("statuses"))?,
+            statuses: self.statuses_from(url, signatures).await?,
         })
     }
 

@@ -747,31 +747,13 @@ impl Worker {
             if statuses.iter().any(Option::is_some) {
                 return; // landed after all: the next pass confirms it
             }
-            if op.cancel_requested {
-                let evidence = format!(
-                    "endpoint {} is at block height {height}, past {last_valid}, and knows none of {signatures:?}: \
-                     the signed transaction can never land",
-                    metrics::endpoint_label(url)
-                );
-                self.update(&op.op_id, OperationState::Sent, move |op| {
-                    op.set_state(state_to_proto(OperationState::Cancelled));
-                    op.error = Some(pb::OperationError {
-                        reason: "CANCELLED_BEFORE_LANDING".into(),
-                        message: evidence.clone(),
-                    });
-                })
+            let evidence = format!(
+                "endpoint {} is at block height {height}, past {last_valid}, and knows none of {signatures:?}: \
+                 the signed transaction can never land",
+                metrics::endpoint_label(url)
+            );
+            self.nothing_can_land(op, op.cancel_requested, evidence)
                 .await;
-                return;
-            }
-            let last = op.attempts.last().map_or(0, |a| a.number);
-            tracing::info!(op.id = %op.op_id, endpoint = %metrics::endpoint_label(url), height, last_valid, "blockhash expired and no attempt landed: re-signing");
-            if let Some(number) = self
-                .replace(op, SignPurpose::Resign, last)
-                .await
-                .filter(|n| *n != last)
-            {
-                self.send_new_attempt(op, number).await;
-            }
             return;
         }
     }
@@ -827,33 +809,40 @@ impl Worker {
             if now == carried {
                 continue; // this endpoint lags: its silence proves nothing
             }
-            if op.cancel_requested || has_self_transfer(op) {
-                let evidence = format!(
-                    "endpoint {} shows nonce account {} at {now}, past {carried}, and none of {signatures:?}: \
-                     nothing of the operation can land",
-                    metrics::endpoint_label(url),
-                    signing.nonce_account
-                );
-                self.update(&op.op_id, OperationState::Sent, move |op| {
-                    op.set_state(state_to_proto(OperationState::Cancelled));
-                    op.error = Some(pb::OperationError {
-                        reason: "CANCELLED_BEFORE_LANDING".into(),
-                        message: evidence.clone(),
-                    });
-                })
-                .await;
-                return;
-            }
-            let last = op.attempts.last().map_or(0, |a| a.number);
-            tracing::info!(op.id = %op.op_id, endpoint = %metrics::endpoint_label(url), nonce_account = %signing.nonce_account, "nonce advanced and no attempt landed: re-signing");
-            if let Some(number) = self
-                .replace(op, SignPurpose::Resign, last)
-                .await
-                .filter(|n| *n != last)
-            {
-                self.send_new_attempt(op, number).await;
-            }
+            let evidence = format!(
+                "endpoint {} shows nonce account {} at {now}, past {carried}, and none of {signatures:?}: \
+                 nothing of the operation can land",
+                metrics::endpoint_label(url),
+                signing.nonce_account
+            );
+            let cancel = op.cancel_requested || has_self_transfer(op);
+            self.nothing_can_land(op, cancel, evidence).await;
             return;
+        }
+    }
+
+    /// One endpoint proved that none of the operation's transactions can land (`evidence`
+    /// says how): CANCELLED if a cancel was asked for, otherwise a new signature, sent.
+    async fn nothing_can_land(&self, op: &pb::Operation, cancel: bool, evidence: String) {
+        if cancel {
+            self.update(&op.op_id, OperationState::Sent, move |op| {
+                op.set_state(state_to_proto(OperationState::Cancelled));
+                op.error = Some(pb::OperationError {
+                    reason: "CANCELLED_BEFORE_LANDING".into(),
+                    message: evidence.clone(),
+                });
+            })
+            .await;
+            return;
+        }
+        let last = op.attempts.last().map_or(0, |a| a.number);
+        tracing::info!(op.id = %op.op_id, %evidence, "no attempt can land: re-signing");
+        if let Some(number) = self
+            .replace(op, SignPurpose::Resign, last)
+            .await
+            .filter(|n| *n != last)
+        {
+            self.send_new_attempt(op, number).await;
         }
     }
 

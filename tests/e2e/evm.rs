@@ -39,6 +39,33 @@ pub(crate) fn transfer(
     }
 }
 
+/// Waits until every listed operation is terminal and checks each CONFIRMED with a
+/// successful execution; returns them by op_id.
+pub(crate) async fn wait_all_confirmed(
+    stack: &Stack,
+    op_ids: &[String],
+    timeout: Duration,
+) -> HashMap<String, pb::Operation> {
+    let done = wait_terminal(stack, op_ids, timeout).await;
+    for op in done.values() {
+        assert_eq!(
+            op.state(),
+            pb::OperationState::Confirmed,
+            "{}: {:?}\n{}",
+            op.op_id,
+            op.error,
+            stack.logs()
+        );
+        assert_eq!(
+            op.result.as_ref().unwrap().execution_status(),
+            pb::ExecutionStatus::Success,
+            "{:?}",
+            op.error
+        );
+    }
+    done
+}
+
 /// Waits until every listed operation is terminal; returns them by op_id.
 pub(crate) async fn wait_terminal(
     stack: &Stack,
@@ -126,21 +153,7 @@ pub(crate) async fn assert_exactly_once(
     timeout: Duration,
 ) {
     let op_ids: Vec<String> = planned.iter().map(|(id, ..)| id.clone()).collect();
-    let done = wait_terminal(stack, &op_ids, timeout).await;
-    for op in done.values() {
-        assert_eq!(
-            op.state(),
-            pb::OperationState::Confirmed,
-            "{}: {:?}\n{}",
-            op.op_id,
-            op.error,
-            stack.logs()
-        );
-        assert_eq!(
-            op.result.as_ref().unwrap().execution_status(),
-            pb::ExecutionStatus::Success
-        );
-    }
+    let done = wait_all_confirmed(stack, &op_ids, timeout).await;
     let chain = EvmRpc::new(
         std::slice::from_ref(&stack.anvil.url),
         Duration::from_secs(5),

@@ -1,6 +1,6 @@
 //! Solana operations end to end: the litesvm node, real signer, broadcaster and gateway.
 
-use crate::evm::wait_terminal;
+use crate::evm::{wait_all_confirmed, wait_terminal};
 use crate::solana_node::SolanaNode;
 use futures::StreamExt;
 use serde_json::json;
@@ -95,23 +95,7 @@ async fn assert_exactly_once_on_solana(
     timeout: Duration,
 ) {
     let ids: Vec<String> = planned.iter().map(|(id, ..)| id.clone()).collect();
-    let done = wait_terminal(stack, &ids, timeout).await;
-    for op in done.values() {
-        assert_eq!(
-            op.state(),
-            pb::OperationState::Confirmed,
-            "{}: {:?}\n{}",
-            op.op_id,
-            op.error,
-            stack.logs()
-        );
-        assert_eq!(
-            op.result.as_ref().unwrap().execution_status(),
-            pb::ExecutionStatus::Success,
-            "{:?}",
-            op.error
-        );
-    }
+    wait_all_confirmed(stack, &ids, timeout).await;
     let pool = RpcPool::new(std::slice::from_ref(&node.url), Duration::from_secs(5)).unwrap();
     for (sender, account) in stack.solana_accounts.iter().enumerate() {
         let mine: Vec<_> = planned.iter().filter(|(_, s, _)| *s == sender).collect();

@@ -148,17 +148,7 @@ pub async fn signer_client(
     sigcast_proto::sigcast::signer::v1::signer_service_client::SignerServiceClient<Channel>,
     tonic::transport::Error,
 > {
-    let path = socket.to_path_buf();
-    let connector = tower::service_fn(move |_: tonic::transport::Uri| {
-        let path = path.clone();
-        async move {
-            let stream = tokio::net::UnixStream::connect(path).await?;
-            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-        }
-    });
-    let channel = tonic::transport::Endpoint::from_static("http://signer.sock")
-        .connect_with_connector(connector)
-        .await?;
+    let channel = sigcast_proto::unix_channel(socket).await?;
     Ok(
         sigcast_proto::sigcast::signer::v1::signer_service_client::SignerServiceClient::new(
             channel,

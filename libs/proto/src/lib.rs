@@ -5,6 +5,7 @@
 //! field is validated, so every service rejects the same input with the same field names.
 
 mod convert;
+mod unix;
 
 pub use convert::{
     FieldViolation, intent_from_proto, intent_to_proto, parse_op_id, state_from_proto,
@@ -35,6 +36,7 @@ pub mod sigcast {
 }
 
 pub use sigcast::v1 as pb;
+pub use unix::{unix_channel, unix_channel_lazy};
 
 /// The encoded descriptors of every file in `proto/`, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =

@@ -990,20 +990,7 @@ fn signer_channel(
 ) -> anyhow::Result<Channel> {
     let timeout = Duration::from_secs(30);
     if let Some(path) = url.strip_prefix("unix:") {
-        let path = std::path::PathBuf::from(path);
-        let connector = tower::service_fn(move |_: tonic::transport::Uri| {
-            let path = path.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        });
-        // The URI is a placeholder: the connector decides where to connect.
-        return Ok(
-            tonic::transport::Endpoint::from_static("http://signer.sock")
-                .timeout(timeout)
-                .connect_with_connector_lazy(connector),
-        );
+        return Ok(sigcast_proto::unix_channel_lazy(path, timeout));
     }
     let mut endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())?.timeout(timeout);
     if let Some(tls) = tls {

@@ -178,16 +178,7 @@ pub(crate) async fn signer_keys(
     key: Option<std::path::PathBuf>,
 ) -> Result<Vec<signer::SignerKey>> {
     let channel = if let Some(path) = url.strip_prefix("unix:") {
-        let path = std::path::PathBuf::from(path);
-        let connector = tower::service_fn(move |_: tonic::transport::Uri| {
-            let path = path.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        });
-        tonic::transport::Endpoint::from_static("http://signer.sock")
-            .connect_with_connector(connector)
+        sigcast_proto::unix_channel(path)
             .await
             .with_context(|| format!("connecting to the signer at {url}"))?
     } else {

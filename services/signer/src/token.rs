@@ -230,18 +230,24 @@ impl Token {
     }
 }
 
-/// The account of a secp256k1 public key object (CKA_EC_POINT: a DER OCTET STRING holding
-/// the uncompressed point 04‖X‖Y).
-fn address_of(session: &Session, public: ObjectHandle) -> Result<Address, TokenError> {
+/// A public key object's CKA_EC_POINT, as the token stores it.
+fn ec_point(session: &Session, public: ObjectHandle) -> Result<Vec<u8>, TokenError> {
     let attributes = session
         .get_attributes(public, &[AttributeType::EcPoint])
         .map_err(fail("reading a public key"))?;
-    let Some(Attribute::EcPoint(der)) = attributes.into_iter().next() else {
-        return Err(TokenError {
+    match attributes.into_iter().next() {
+        Some(Attribute::EcPoint(der)) => Ok(der),
+        _ => Err(TokenError {
             doing: "reading a public key".into(),
             reason: "no EC point".into(),
-        });
-    };
+        }),
+    }
+}
+
+/// The account of a secp256k1 public key object (CKA_EC_POINT: a DER OCTET STRING holding
+/// the uncompressed point 04‖X‖Y).
+fn address_of(session: &Session, public: ObjectHandle) -> Result<Address, TokenError> {
+    let der = ec_point(session, public)?;
     let point = match der.as_slice() {
         [0x04, 0x41, rest @ ..] if rest.len() == 65 => rest,
         raw if raw.len() == 65 => raw,
@@ -257,15 +263,7 @@ fn address_of(session: &Session, public: ObjectHandle) -> Result<Address, TokenE
 
 /// An Ed25519 public key object's 32 bytes (CKA_EC_POINT: a DER OCTET STRING, or raw).
 fn ed25519_public_key(session: &Session, public: ObjectHandle) -> Result<[u8; 32], TokenError> {
-    let attributes = session
-        .get_attributes(public, &[AttributeType::EcPoint])
-        .map_err(fail("reading a public key"))?;
-    let Some(Attribute::EcPoint(der)) = attributes.into_iter().next() else {
-        return Err(TokenError {
-            doing: "reading a public key".into(),
-            reason: "no EC point".into(),
-        });
-    };
+    let der = ec_point(session, public)?;
     let raw = match der.as_slice() {
         [0x04, 0x20, rest @ ..] if rest.len() == 32 => rest,
         raw if raw.len() == 32 => raw,

@@ -38,16 +38,17 @@ impl OperationState {
     }
 
     /// Checks a transition against the lifecycle. Staying in a state is allowed (re-running a
-    /// step after a crash must be harmless); SENT → SIGNED is a re-sign after chain state
-    /// proved no attempt can land.
+    /// step after a crash must be harmless). SIGNED → CANCELLED is for a signed transaction
+    /// that never left the store and can never be sent (a Solana blockhash that expires); a
+    /// re-sign stays SENT with a new attempt. Nothing leaves a terminal state.
     pub fn transition(self, to: Self) -> Result<Self> {
         use OperationState::*;
         let allowed = self == to && !self.is_terminal()
             || matches!(
                 (self, to),
                 (Received, Signed | Rejected | Cancelled)
-                    | (Signed, Sent | Rejected)
-                    | (Sent, Signed | Confirmed | Rejected | Cancelled)
+                    | (Signed, Sent | Cancelled)
+                    | (Sent, Confirmed | Rejected | Cancelled)
             );
         if allowed {
             Ok(to)
@@ -91,8 +92,12 @@ mod tests {
         assert!(Received.transition(Sent).is_err());
         assert!(Received.transition(Confirmed).is_err());
         assert!(
-            Signed.transition(Cancelled).is_err(),
-            "a signed payload may land: cancel on chain"
+            Signed.transition(Rejected).is_err(),
+            "a signed nonce must be consumed on chain before anything is proven"
+        );
+        assert!(
+            Sent.transition(Signed).is_err(),
+            "a re-sign is a new attempt of a SENT operation"
         );
     }
 

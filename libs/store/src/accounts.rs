@@ -13,6 +13,7 @@
 //!   changes only once its operation is terminal.
 
 use crate::kv::{KvRead, KvTransaction};
+use crate::pieces;
 use crate::tuple::Subspace;
 use crate::{Error, Result};
 
@@ -138,10 +139,10 @@ pub fn put_payload(
     raw: &[u8],
 ) -> Result<bool> {
     let key = payload_key(root, op_id, attempt);
-    match tx.get(&key)? {
+    match pieces::get(tx, root, &key)? {
         Some(existing) => Ok(existing == raw),
         None => {
-            tx.set(&key, raw)?;
+            pieces::set(tx, root, &key, raw)?;
             Ok(true)
         }
     }
@@ -154,7 +155,7 @@ pub fn payload(
     op_id: &str,
     attempt: u32,
 ) -> Result<Option<Vec<u8>>> {
-    tx.get(&payload_key(root, op_id, attempt))
+    pieces::get(tx, root, &payload_key(root, op_id, attempt))
 }
 
 fn spend_key(root: &Subspace, chain: &str, account: &str, at_millis: i64, op_id: &str) -> Vec<u8> {

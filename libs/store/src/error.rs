@@ -47,6 +47,29 @@ pub enum Error {
         /// This build's format.
         ours: u32,
     },
+    /// A key, a value or a whole transaction is over FoundationDB's limits, which the
+    /// embedded backend enforces too: what is stored on one backend can be stored on the other.
+    #[error("{what} of {size} bytes is over the store's limit of {limit} bytes")]
+    TooLarge {
+        /// "key", "value" or "transaction".
+        what: &'static str,
+        /// Its size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A change of an operation's state that its lifecycle forbids; nothing was written.
+    #[error("operation {op_id}: {source}")]
+    IllegalTransition {
+        /// The operation.
+        op_id: String,
+        /// The refused transition.
+        source: sigcast_domain::Error,
+    },
+    /// A transaction body refused to go on; nothing it wrote was committed. Returned only
+    /// by the `*_or_refuse` runners, which hand the refusal itself to their caller.
+    #[error("the transaction body refused; nothing was written")]
+    Refused,
     /// The blocking task running a transaction was lost (runtime shutting down).
     #[error("store task failed: {0}")]
     Task(String),

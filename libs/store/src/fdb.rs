@@ -6,7 +6,7 @@
 //! and retries what is retryable — including `commit_unknown_result`, which is why bodies must
 //! be idempotent — and returns the rest.
 
-use crate::kv::{KvRead, KvTransaction};
+use crate::kv::{KvRead, KvTransaction, limits};
 use crate::{Error, Result};
 use foundationdb::options::{StreamingMode, TransactionOption};
 use foundationdb::{Database, RangeOption, Transaction};
@@ -71,7 +71,10 @@ impl FdbBackend {
     ) -> Result<T> {
         let mut trx = self.transaction()?;
         loop {
-            match body(&mut FdbTx { trx: &trx }) {
+            match body(&mut FdbTx {
+                trx: &trx,
+                written: limits::Written::default(),
+            }) {
                 Ok(value) => match block_on(trx.commit()) {
                     Ok(_) => return Ok(value),
                     Err(commit_error) => trx = block_on(commit_error.on_error())?,
@@ -85,7 +88,10 @@ impl FdbBackend {
     pub(crate) fn read<T>(&self, body: &mut dyn FnMut(&mut dyn KvRead) -> Result<T>) -> Result<T> {
         let mut trx = self.transaction()?;
         loop {
-            match body(&mut FdbTx { trx: &trx }) {
+            match body(&mut FdbTx {
+                trx: &trx,
+                written: limits::Written::default(),
+            }) {
                 Ok(value) => return Ok(value),
                 Err(Error::Fdb(e)) => trx = block_on(trx.on_error(e))?,
                 Err(other) => return Err(other),
@@ -96,10 +102,14 @@ impl FdbBackend {
 
 struct FdbTx<'t> {
     trx: &'t Transaction,
+    /// Checked as each write is made, so an oversized one fails here, as on SQLite, instead
+    /// of at commit.
+    written: limits::Written,
 }
 
 impl KvRead for FdbTx<'_> {
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        limits::key(key)?;
         Ok(block_on(self.trx.get(key, false))?.map(|v| v.to_vec()))
     }
 
@@ -138,16 +148,20 @@ impl KvRead for FdbTx<'_> {
 
 impl KvTransaction for FdbTx<'_> {
     fn set(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.written.set(key, value)?;
         self.trx.set(key, value);
         Ok(())
     }
 
     fn clear(&mut self, key: &[u8]) -> Result<()> {
+        limits::key(key)?;
+        self.written.clear(key.len())?;
         self.trx.clear(key);
         Ok(())
     }
 
     fn clear_range(&mut self, begin: &[u8], end: &[u8]) -> Result<()> {
+        self.written.clear(begin.len() + end.len())?;
         self.trx.clear_range(begin, end);
         Ok(())
     }

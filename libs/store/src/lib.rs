@@ -14,6 +14,7 @@ mod error;
 mod fdb;
 mod kv;
 pub mod operations;
+mod pieces;
 mod sqlite;
 mod store;
 

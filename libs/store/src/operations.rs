@@ -10,6 +10,7 @@
 //! again after a commit whose result was unknown finds its own effect and changes nothing.
 
 use crate::kv::{KvRead, KvTransaction};
+use crate::pieces;
 use crate::tuple::{self, Subspace};
 use crate::{Error, Result};
 use prost::Message;
@@ -57,11 +58,24 @@ fn hex_string(bytes: &[u8]) -> String {
 /// The stored operation with this op_id.
 pub fn get(tx: &mut dyn KvRead, root: &Subspace, op_id: &str) -> Result<Option<pb::Operation>> {
     let key = record_key(root, op_id);
-    tx.get(&key)?.map(|bytes| decode(&key, &bytes)).transpose()
+    pieces::get(tx, root, &key)?
+        .map(|bytes| decode(&key, &bytes))
+        .transpose()
+}
+
+/// The domain state of a stored state; UNSPECIFIED is never stored.
+fn domain_state(root: &Subspace, op: &pb::Operation) -> Result<OperationState> {
+    state_from_proto(op.state()).ok_or_else(|| Error::Corrupt {
+        what: "operation state",
+        key: hex_string(&record_key(root, &op.op_id)),
+        reason: "state is UNSPECIFIED".into(),
+    })
 }
 
 /// Writes an operation and keeps its index entries in step with `previous`, the version
-/// read in the same transaction. Sets `revision` and `update_time`.
+/// read in the same transaction. Sets `revision` and `update_time`. A change of state the
+/// lifecycle forbids (out of a terminal state, or skipping a step) is refused here, whoever
+/// asks for it.
 pub fn put(
     tx: &mut dyn KvTransaction,
     root: &Subspace,
@@ -69,13 +83,20 @@ pub fn put(
     op: &mut pb::Operation,
     now: SystemTime,
 ) -> Result<()> {
+    let to = domain_state(root, op)?;
     if let Some(old) = previous {
+        domain_state(root, old)?
+            .transition(to)
+            .map_err(|source| Error::IllegalTransition {
+                op_id: op.op_id.clone(),
+                source,
+            })?;
         tx.clear(&state_key(root, old))?;
         tx.clear(&account_key(root, old))?;
     }
     op.revision = previous.map_or(1, |old| old.revision + 1);
     op.update_time = Some(now.into());
-    tx.set(&record_key(root, &op.op_id), &op.encode_to_vec())?;
+    pieces::set(tx, root, &record_key(root, &op.op_id), &op.encode_to_vec())?;
     tx.set(&state_key(root, op), &[])?;
     tx.set(&account_key(root, op), &[])?;
     Ok(())
@@ -140,13 +161,7 @@ pub fn cancel(
     let Some(stored) = get(tx, root, op_id)? else {
         return Ok(CancelOutcome::NotFound);
     };
-    let Some(state) = state_from_proto(stored.state()) else {
-        return Err(Error::Corrupt {
-            what: "operation state",
-            key: hex_string(&record_key(root, op_id)),
-            reason: "state is UNSPECIFIED".into(),
-        });
-    };
+    let state = domain_state(root, &stored)?;
     match state.cancel_effect() {
         CancelEffect::CancelNow => {
             let mut op = stored.clone();
@@ -255,6 +270,7 @@ pub fn list(
         for (key, value) in rows {
             scanned += 1;
             let op = if records_inline {
+                let value = pieces::join(tx, root, &key, value)?;
                 decode(&key, &value)?
             } else {
                 let op_id = index_op_id(&key)?;

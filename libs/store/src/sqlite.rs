@@ -5,7 +5,7 @@
 //!
 //! WAL needs every process on one host: never put the file on a network filesystem.
 
-use crate::kv::{KvRead, KvTransaction};
+use crate::kv::{KvRead, KvTransaction, limits};
 use crate::{Error, Result};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
@@ -14,6 +14,9 @@ use std::time::Duration;
 
 /// Idle connections kept for reuse.
 const MAX_IDLE: usize = 8;
+
+/// How long opening a fresh file waits for other processes creating it at the same moment.
+const OPEN_DEADLINE: Duration = Duration::from_secs(30);
 
 pub(crate) struct SqliteBackend {
     path: PathBuf,
@@ -37,12 +40,30 @@ impl SqliteBackend {
             busy_timeout,
             idle: Mutex::new(Vec::new()),
         };
-        let conn = backend.connect()?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS kv (key BLOB PRIMARY KEY NOT NULL, value BLOB NOT NULL) WITHOUT ROWID;",
-        )?;
-        backend.release(conn);
-        Ok(backend)
+        // Processes started together on a new file (a Pod's containers) race to switch it to
+        // WAL and create the table; the loser is told "database is locked" at once, without
+        // SQLite's busy wait. It waits its turn instead.
+        let started = std::time::Instant::now();
+        let mut attempts = 0u64;
+        loop {
+            attempts += 1;
+            let opened = backend.connect().and_then(|conn| {
+                conn.execute_batch(
+                    "CREATE TABLE IF NOT EXISTS kv (key BLOB PRIMARY KEY NOT NULL, value BLOB NOT NULL) WITHOUT ROWID;",
+                )?;
+                Ok(conn)
+            });
+            match opened {
+                Ok(conn) => {
+                    backend.release(conn);
+                    return Ok(backend);
+                }
+                Err(e) if e.is_sqlite_busy() && started.elapsed() < OPEN_DEADLINE => {
+                    std::thread::sleep(Duration::from_millis(attempts.min(20) * 5));
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     fn connect(&self) -> Result<Connection> {
@@ -115,7 +136,11 @@ impl SqliteBackend {
         body: impl FnOnce(&mut SqliteTx<'_>) -> Result<T>,
     ) -> Result<T> {
         conn.execute_batch(begin)?;
-        let result = body(&mut SqliteTx { conn }).and_then(|value| {
+        let result = body(&mut SqliteTx {
+            conn,
+            written: limits::Written::default(),
+        })
+        .and_then(|value| {
             conn.execute_batch("COMMIT")?;
             Ok(value)
         });
@@ -130,10 +155,12 @@ impl SqliteBackend {
 
 struct SqliteTx<'c> {
     conn: &'c Connection,
+    written: limits::Written,
 }
 
 impl KvRead for SqliteTx<'_> {
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        limits::key(key)?;
         let mut stmt = self
             .conn
             .prepare_cached("SELECT value FROM kv WHERE key = ?1")?;
@@ -163,6 +190,7 @@ impl KvRead for SqliteTx<'_> {
 
 impl KvTransaction for SqliteTx<'_> {
     fn set(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.written.set(key, value)?;
         let mut stmt = self
             .conn
             .prepare_cached("INSERT INTO kv (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value")?;
@@ -171,6 +199,8 @@ impl KvTransaction for SqliteTx<'_> {
     }
 
     fn clear(&mut self, key: &[u8]) -> Result<()> {
+        limits::key(key)?;
+        self.written.clear(key.len())?;
         self.conn
             .prepare_cached("DELETE FROM kv WHERE key = ?1")?
             .execute(params![key])?;
@@ -178,6 +208,7 @@ impl KvTransaction for SqliteTx<'_> {
     }
 
     fn clear_range(&mut self, begin: &[u8], end: &[u8]) -> Result<()> {
+        self.written.clear(begin.len() + end.len())?;
         self.conn
             .prepare_cached("DELETE FROM kv WHERE key >= ?1 AND key < ?2")?
             .execute(params![begin, end])?;

@@ -106,7 +106,11 @@ const GROUP_MAX: usize = 256;
 
 /// The data format this build reads and writes. Raise it with any change an older build would
 /// misread, together with the migration in [`Store::check_format`].
-pub const FORMAT_VERSION: u32 = 1;
+///
+/// - 1: the first release.
+/// - 2: values over [`crate::pieces::PIECE`] bytes are stored in pieces (format 1 stored them
+///   whole; it reads as is).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// A handle on the store; cheap to clone.
 #[derive(Clone)]
@@ -240,7 +244,17 @@ impl Store {
         let output = std::sync::Arc::new(std::sync::Mutex::new(None));
         let slot = output.clone();
         let job_body = move |tx: &mut dyn KvTransaction| {
-            let value = body(tx)?;
+            // A body that panics must fail only its own caller: the group-commit thread runs
+            // every caller's body, and if it died the process would stay up committing nothing.
+            let run = std::panic::AssertUnwindSafe(|| body(tx));
+            let value = std::panic::catch_unwind(run).map_err(|panic| {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Error::Task(format!("a transaction body panicked: {message}"))
+            })??;
             *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(value);
             Ok(())
         };
@@ -257,6 +271,31 @@ impl Store {
             .map_err(|_| Error::Task("the group-commit thread dropped a transaction".into()))??;
         let value = output.lock().unwrap_or_else(|p| p.into_inner()).take();
         value.ok_or_else(|| Error::Task("a committed body left no result".into()))
+    }
+
+    /// [`Store::run_grouped`] for a body that may refuse: when it returns `Ok(Err(refusal))`,
+    /// everything it wrote is rolled back — it never commits half of what it set out to do,
+    /// such as a nonce allocated for a signature that then failed — and the refusal is
+    /// returned.
+    pub async fn run_grouped_or_refuse<T, E, F>(&self, body: F) -> Result<Result<T, E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        F: FnMut(&mut dyn KvTransaction) -> Result<Result<T, E>> + Send + 'static,
+    {
+        let (body, refusal) = refusable(body);
+        take_refusal(self.run_grouped(body).await, &refusal)
+    }
+
+    /// [`Store::run_async`] for a body that may refuse, as [`Store::run_grouped_or_refuse`].
+    pub async fn run_async_or_refuse<T, E, F>(&self, body: F) -> Result<Result<T, E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        F: FnMut(&mut dyn KvTransaction) -> Result<Result<T, E>> + Send + 'static,
+    {
+        let (body, refusal) = refusable(body);
+        take_refusal(self.run_async(body).await, &refusal)
     }
 
     fn group_queue(&self) -> &std::sync::mpsc::Sender<Job> {
@@ -288,6 +327,42 @@ impl Store {
         tokio::task::spawn_blocking(move || store.read(body))
             .await
             .map_err(|e| Error::Task(e.to_string()))?
+    }
+}
+
+/// Where a refusing body leaves its refusal while the store rolls its transaction back.
+type RefusalSlot<E> = Arc<std::sync::Mutex<Option<E>>>;
+
+/// Turns a body's refusal into [`Error::Refused`], which rolls its transaction back, keeping
+/// the refusal aside.
+fn refusable<T, E>(
+    mut body: impl FnMut(&mut dyn KvTransaction) -> Result<Result<T, E>>,
+) -> (
+    impl FnMut(&mut dyn KvTransaction) -> Result<T>,
+    RefusalSlot<E>,
+) {
+    let slot: RefusalSlot<E> = Arc::new(std::sync::Mutex::new(None));
+    let kept = slot.clone();
+    let body = move |tx: &mut dyn KvTransaction| match body(tx)? {
+        Ok(value) => Ok(value),
+        Err(refusal) => {
+            *kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(refusal);
+            Err(Error::Refused)
+        }
+    };
+    (body, slot)
+}
+
+fn take_refusal<T, E>(result: Result<T>, slot: &RefusalSlot<E>) -> Result<Result<T, E>> {
+    match result {
+        Ok(value) => Ok(Ok(value)),
+        Err(Error::Refused) => slot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .map(Err)
+            .ok_or(Error::Refused),
+        Err(other) => Err(other),
     }
 }
 

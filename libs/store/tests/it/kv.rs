@@ -256,3 +256,29 @@ fn grouped_transactions_lose_nothing_and_one_failure_fails_no_other() {
     seen.sort_unstable();
     assert_eq!(seen, (1..=299).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_panicking_grouped_body_fails_its_caller_and_group_commit_goes_on() {
+    let t = test_store("group-panic");
+    let store = t.store.clone();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let key = store.root().pack(&("after",));
+    runtime.block_on(async {
+        let panicked = store
+            .run_grouped(|_tx| -> Result<(), Error> { panic!("a bug inside a transaction body") })
+            .await;
+        assert!(
+            panicked.is_err(),
+            "the caller of a panicking body gets an error"
+        );
+        let key = key.clone();
+        store
+            .run_grouped(move |tx| tx.set(&key, b"written"))
+            .await
+            .expect("later grouped transactions still commit");
+    });
+    assert_eq!(
+        store.read(|tx| tx.get(&key)).unwrap().as_deref(),
+        Some(&b"written"[..])
+    );
+}

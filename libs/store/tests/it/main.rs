@@ -4,6 +4,7 @@
 
 mod accounts;
 mod kv;
+mod limits;
 mod multiprocess;
 mod operations;
 

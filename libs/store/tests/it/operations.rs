@@ -192,3 +192,41 @@ fn list_filters_and_pages_without_gaps_or_repeats() {
             .is_err()
     );
 }
+
+#[test]
+fn the_store_refuses_a_transition_the_lifecycle_forbids() {
+    let t = test_store("transitions");
+    let s = &t.store;
+    let root = s.root().clone();
+    submit(s, operation("op", "0xA", "f"));
+    let set_state = |state: pb::OperationState| {
+        s.run(|tx| {
+            let stored = operations::get(tx, &root, "op")?.unwrap();
+            let mut op = stored.clone();
+            op.set_state(state);
+            operations::put(tx, &root, Some(&stored), &mut op, SystemTime::now())
+        })
+    };
+    let before = stored_bytes(s, "op");
+    assert!(
+        matches!(
+            set_state(pb::OperationState::Confirmed),
+            Err(sigcast_store::Error::IllegalTransition { .. })
+        ),
+        "RECEIVED → CONFIRMED skips signing and sending"
+    );
+    assert_eq!(stored_bytes(s, "op"), before, "nothing written");
+    set_state(pb::OperationState::Signed).unwrap();
+    set_state(pb::OperationState::Sent).unwrap();
+    set_state(pb::OperationState::Rejected).unwrap();
+    for state in [
+        pb::OperationState::Sent,
+        pb::OperationState::Confirmed,
+        pb::OperationState::Received,
+    ] {
+        assert!(
+            set_state(state).is_err(),
+            "REJECTED is terminal: → {state:?} refused"
+        );
+    }
+}

@@ -203,10 +203,14 @@ async fn watch_streams_changes_until_terminal() {
     assert!(third.cancel_requested);
     store
         .run(|tx| {
+            // Sent and confirmed in one transaction: the watch sees only the outcome.
             let old = operations::get(tx, &root, "watched")?.unwrap();
-            let mut op = old.clone();
+            let mut sent = old.clone();
+            sent.set_state(pb::OperationState::Sent);
+            operations::put(tx, &root, Some(&old), &mut sent, SystemTime::now())?;
+            let mut op = sent.clone();
             op.set_state(pb::OperationState::Confirmed);
-            operations::put(tx, &root, Some(&old), &mut op, SystemTime::now())
+            operations::put(tx, &root, Some(&sent), &mut op, SystemTime::now())
         })
         .unwrap();
     let last = stream.next().await.unwrap().unwrap().operation.unwrap();

@@ -67,3 +67,37 @@ async fn reads_hedge_past_dead_and_slow_endpoints_and_each_write_goes_to_one() {
         "sends go to the best-ranked endpoint"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_chain_whose_endpoints_are_down_at_start_does_not_stop_the_signer_serving_the_others() {
+    // A second chain whose only endpoint is down when the signer starts (nothing listens).
+    let down = format!("http://{}", free_addr());
+    let stack = sigcast_e2e::Stack::start(sigcast_e2e::StackOptions {
+        accounts: 1,
+        signer_tables: format!("[[evm_chains]]\nchain_id = 1337\nrpc_urls = [\"{down}\"]\n"),
+        ..Default::default()
+    })
+    .await;
+    let mut client = stack.client().await;
+    client
+        .submit_operation(crate::evm::transfer(
+            "on-the-live-chain",
+            crate::evm::DEV[0],
+            &crate::evm::recipient(0),
+            1,
+        ))
+        .await
+        .unwrap();
+    let done = crate::evm::wait_terminal(
+        &stack,
+        &["on-the-live-chain".into()],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        done["on-the-live-chain"].state(),
+        sigcast_proto::pb::OperationState::Confirmed,
+        "{}",
+        stack.logs()
+    );
+}

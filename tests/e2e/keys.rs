@@ -499,3 +499,119 @@ async fn the_interlock_refuses_a_second_payload_at_a_nonce_and_repeats_return_th
         (bump.tx_id.as_str(), true)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_token_that_fails_to_sign_leaves_no_nonce_or_spend_behind() {
+    // A window policy, so that signing also records a spend: neither it nor the nonce may
+    // outlive a signature the token failed to make.
+    let hsm_dir = tempfile::tempdir().unwrap();
+    let hsm = sigcast_e2e::SoftHsm::init(hsm_dir.path(), "sigcast-e2e");
+    let mut stack = Stack::start(StackOptions {
+        accounts: 1,
+        signer_tables: hsm.signer_table(),
+        signer_env: hsm.env(),
+        ..Default::default()
+    })
+    .await;
+    let config = stack
+        .dir
+        .path()
+        .join("replica-0")
+        .join("sigcast-signer.toml");
+    let generated = std::process::Command::new(sigcast_e2e::binary("sigcast-signer"))
+        .arg("--config")
+        .arg(&config)
+        .args(["keys", "generate", "--label", "flaky"])
+        .envs(hsm.env())
+        .output()
+        .unwrap();
+    assert!(
+        generated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&generated.stderr)
+    );
+    let account = String::from_utf8(generated.stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let policy = format!(
+        "[[policies]]\naccount = \"{account}\"\nwindow_max_value_wei = \"1000000\"\nwindow_secs = 3600\n"
+    );
+    std::fs::write(&config, std::fs::read_to_string(&config).unwrap() + &policy).unwrap();
+    stack.signers[0].restart().await;
+
+    // The token loses the private key under the running signer: every signature now fails
+    // inside the token, after the signer has allocated the nonce in its transaction.
+    let deleted = std::process::Command::new("pkcs11-tool")
+        .args([
+            "--module",
+            "/usr/lib/softhsm/libsofthsm2.so",
+            "--token-label",
+            "sigcast-e2e",
+            "--login",
+            "--pin",
+            "4242",
+            "--delete-object",
+            "--type",
+            "privkey",
+            "--label",
+            "flaky",
+        ])
+        .envs(hsm.env())
+        .output()
+        .unwrap();
+    assert!(
+        deleted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&deleted.stderr)
+    );
+
+    let mut client = stack.client().await;
+    client
+        .submit_operation(transfer("unsignable", &account, &recipient(0), 1_000))
+        .await
+        .unwrap();
+    // The broadcaster asks again and again; each time the token fails.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while stack.broadcasters[0]
+        .log()
+        .matches("signing failed; will retry")
+        .count()
+        < 3
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the signer never tried: {}",
+            stack.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let op = client
+        .get_operation(pb::GetOperationRequest {
+            op_id: "unsignable".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .operation
+        .unwrap();
+    assert_eq!(op.state(), pb::OperationState::Received, "{op:?}");
+    let store = store_of(&stack);
+    let root = store.root().clone();
+    let (next, owner, spent) = store
+        .read(|tx| {
+            Ok((
+                accounts::next_nonce(tx, &root, "eip155:31337", &account)?,
+                accounts::nonce_owner(tx, &root, "eip155:31337", &account, 0)?,
+                accounts::spent_since(tx, &root, "eip155:31337", &account, 0)?,
+            ))
+        })
+        .unwrap();
+    assert_eq!(
+        (next, owner, spent.len()),
+        (None, None, 0),
+        "a failed signature left a nonce allocation or a spend behind\n{}",
+        stack.logs()
+    );
+}

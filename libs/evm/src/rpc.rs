@@ -61,6 +61,15 @@ impl EvmRpc {
         quantity(&value).ok_or_else(|| unexpected("eth_chainId", &value))
     }
 
+    /// `eth_chainId` as one endpoint answers it.
+    pub async fn chain_id_from(&self, url: &str) -> std::result::Result<u64, RpcError> {
+        let value = self.read_from(url, "eth_chainId", json!([])).await?;
+        quantity(&value).ok_or_else(|| RpcError::Malformed {
+            endpoint: sigcast_jsonrpc::endpoint_label(url),
+            message: format!("eth_chainId answered {value}"),
+        })
+    }
+
     /// `eth_blockNumber`.
     pub async fn block_number(&self) -> Result<u64> {
         let value = self.read("eth_blockNumber", json!([])).await?;

@@ -83,6 +83,19 @@ pub enum Error {
         /// The failure.
         source: sigcast_jsonrpc::Error,
     },
+    /// The chain's endpoints serve another chain than the one configured: nothing is signed
+    /// for it until the configuration is fixed.
+    #[error(
+        "operation {op_id:?}: the endpoints configured for chain {configured} serve chain {served}"
+    )]
+    WrongChain {
+        /// The op_id.
+        op_id: String,
+        /// The chain id configured.
+        configured: u64,
+        /// The chain id the endpoints answered.
+        served: u64,
+    },
     /// Signing itself failed.
     #[error("signing op {op_id:?} at nonce {nonce}: {reason}")]
     Sign {
@@ -141,6 +154,7 @@ impl From<Error> for Status {
             Error::NotSignable { .. }
             | Error::UnknownChain { .. }
             | Error::Interlock(_)
+            | Error::WrongChain { .. }
             | Error::BadIntent { .. } => Status::failed_precondition(message),
             // A refusal of the operation itself carries its reason, so a caller can tell it from
             // a refusal of the caller (an unlisted certificate), which must never reject work.

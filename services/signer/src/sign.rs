@@ -76,6 +76,10 @@ struct EvmChain {
     fees: std::sync::Mutex<Option<(std::time::Instant, Fees)>>,
     /// Each account's nonce as last read from the chain, and when.
     nonces: std::sync::Mutex<HashMap<Address, (std::time::Instant, u64)>>,
+    /// Set once an endpoint of the chain answered with the configured chain id. Nothing is
+    /// signed for a chain before that: a transaction for one chain sent to another is at
+    /// best wasted, at worst replayable there.
+    verified: std::sync::atomic::AtomicBool,
 }
 
 /// How long fees and nonces read from the chain are reused (about a block; a fee bump covers
@@ -158,6 +162,7 @@ impl Signer {
                     tx_type: chain.tx_type,
                     fees: std::sync::Mutex::new(None),
                     nonces: std::sync::Mutex::new(HashMap::new()),
+                    verified: std::sync::atomic::AtomicBool::new(false),
                 },
             );
         }
@@ -202,16 +207,53 @@ impl Signer {
         })
     }
 
-    /// Checks that every configured endpoint serves the chain id it is configured for.
+    /// Checks, at start, what each configured endpoint serves. An endpoint that answers with
+    /// another chain id is a configuration error: the signer refuses to start. An endpoint
+    /// that does not answer is only reported: its chain is checked again before its first
+    /// signature, and the other chains are served meanwhile.
     pub async fn check_chains(&self) -> anyhow::Result<()> {
         for (chain_id, chain) in self.chains.iter() {
-            let actual = chain.pool.chain_id().await?;
-            anyhow::ensure!(
-                actual == *chain_id,
-                "endpoints {:?} serve chain {actual}, configured {chain_id}",
-                chain.pool.urls()
-            );
+            for url in chain.pool.urls() {
+                let label = sigcast_jsonrpc::endpoint_label(url);
+                match chain.pool.chain_id_from(url).await {
+                    Ok(actual) => {
+                        anyhow::ensure!(
+                            actual == *chain_id,
+                            "endpoint {label} serves chain {actual}, configured for chain {chain_id}"
+                        );
+                        chain
+                            .verified
+                            .store(true, std::sync::atomic::Ordering::Release);
+                    }
+                    Err(error) => tracing::warn!(
+                        chain_id, endpoint = %label, %error,
+                        "endpoint unreachable at start; its chain is checked again before signing for it"
+                    ),
+                }
+            }
         }
+        Ok(())
+    }
+
+    /// Ensures the chain's endpoints were seen serving its configured chain id.
+    async fn ensure_verified(&self, op_id: &str, chain_id: u64, chain: &EvmChain) -> Result<()> {
+        if chain.verified.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
+        let actual = chain.pool.chain_id().await.map_err(|source| Error::Chain {
+            op_id: op_id.to_owned(),
+            source,
+        })?;
+        if actual != chain_id {
+            return Err(Error::WrongChain {
+                op_id: op_id.to_owned(),
+                configured: chain_id,
+                served: actual,
+            });
+        }
+        chain
+            .verified
+            .store(true, std::sync::atomic::Ordering::Release);
         Ok(())
     }
 
@@ -224,18 +266,20 @@ impl Signer {
 
     /// Runs a signing transaction: grouped with other callers' when the key signs in this
     /// process (microseconds), alone when it signs in a token — a slow HSM would otherwise
-    /// hold a whole group's transaction (and SQLite's write lock) open.
-    async fn commit<T, F>(&self, in_process: bool, body: F) -> sigcast_store::Result<T>
+    /// hold a whole group's transaction (and SQLite's write lock) open. A refusal inside the
+    /// body (a failed signature, a refused build, the interlock) rolls back everything the body
+    /// wrote: a nonce is never allocated, nor a spend recorded, without the payload stored.
+    async fn commit<T, F>(&self, in_process: bool, body: F) -> sigcast_store::Result<Result<T>>
     where
         T: Send + 'static,
-        F: FnMut(&mut dyn sigcast_store::KvTransaction) -> sigcast_store::Result<T>
+        F: FnMut(&mut dyn sigcast_store::KvTransaction) -> sigcast_store::Result<Result<T>>
             + Send
             + 'static,
     {
         if in_process {
-            self.store.run_grouped(body).await
+            self.store.run_grouped_or_refuse(body).await
         } else {
-            self.store.run_async(body).await
+            self.store.run_async_or_refuse(body).await
         }
     }
 
@@ -311,11 +355,12 @@ impl Signer {
         }
         let Resolved {
             intent,
+            chain_id,
             from,
             key,
             chain,
-            ..
         } = self.resolve(&op)?;
+        self.ensure_verified(op_id, chain_id, chain).await?;
         let from = Address::from(*from.as_bytes());
         let policy = policy_for(&self.policies, &op.account).cloned();
         if let Some(policy) = &policy {
@@ -559,6 +604,7 @@ impl Signer {
             key,
             chain,
         } = self.resolve(&op)?;
+        self.ensure_verified(op_id, chain_id, chain).await?;
         let current = chain.current_fees().await.map_err(|source| Error::Chain {
             op_id: op_id.to_owned(),
             source,

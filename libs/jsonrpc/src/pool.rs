@@ -57,6 +57,20 @@ impl Endpoint {
         }
     }
 
+    /// An answer still outstanding after `elapsed` when the read was settled by another
+    /// endpoint: the endpoint is at least that slow. Without this, an endpoint that turned
+    /// slow would keep its old, fast average — every read would start there and wait for the
+    /// hedge — because its slow answers are never seen.
+    fn record_abandoned(&self, elapsed: Duration) {
+        let mut h = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        if h.latency_ewma.is_none_or(|avg| elapsed > avg) {
+            h.latency_ewma = Some(match h.latency_ewma {
+                Some(avg) => (avg * 4 + elapsed) / 5,
+                None => elapsed,
+            });
+        }
+    }
+
     /// Sort key: healthy before demoted, then faster first.
     fn rank(&self, now: Instant) -> (bool, Duration) {
         let h = self.health.lock().unwrap_or_else(|p| p.into_inner());
@@ -229,24 +243,36 @@ impl RpcPool {
         };
         // Which launches were hedges (fired on a timer, not after a failure).
         let mut hedged = Vec::new();
+        // When each launch started, until it answered.
+        let mut outstanding: Vec<Option<Instant>> = vec![None; order.len()];
         in_flight.push(launch(0));
+        outstanding[0] = Some(Instant::now());
         launched += 1;
         loop {
             let delay = self.endpoints[order[launched - 1]].hedge_delay();
             tokio::select! {
                 Some((n, result)) = in_flight.next() => match result {
                     Ok(value) => {
+                        outstanding[n] = None;
                         if hedged.contains(&n) {
                             let label = self.endpoints[order[n]].label.as_str();
                             metrics::inc(&metrics::metrics().hedges_won, &[("endpoint", label)]);
                         }
+                        // The requests still in flight are dropped: count what they cost.
+                        for (other, started) in outstanding.iter().enumerate() {
+                            if let Some(started) = started {
+                                self.endpoints[order[other]].record_abandoned(started.elapsed());
+                            }
+                        }
                         return Ok(value);
                     }
                     Err(error) => {
+                        outstanding[n] = None;
                         tracing::debug!(%error, method, "read failed");
                         errors.push(error);
                         if launched < order.len() {
                             in_flight.push(launch(launched));
+                            outstanding[launched] = Some(Instant::now());
                             launched += 1;
                         } else if in_flight.is_empty() {
                             return Err(Error::AllEndpointsFailed { method, errors });
@@ -258,6 +284,7 @@ impl RpcPool {
                     metrics::inc(&metrics::metrics().hedges_fired, &[("method", method)]);
                     hedged.push(launched);
                     in_flight.push(launch(launched));
+                    outstanding[launched] = Some(Instant::now());
                     launched += 1;
                 }
             }
@@ -313,6 +340,89 @@ pub fn unexpected(method: &'static str, value: &Value) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A JSON-RPC endpoint answering every request with `"0x1"` after `delay_ms`, counting
+    /// the requests it received.
+    async fn endpoint(
+        delay_ms: std::sync::Arc<AtomicU64>,
+        requests: std::sync::Arc<AtomicU64>,
+    ) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let (delay_ms, requests) = (delay_ms.clone(), requests.clone());
+                tokio::spawn(async move {
+                    let mut buffer = vec![0u8; 8192];
+                    let mut seen = Vec::new();
+                    loop {
+                        let Ok(n) = socket.read(&mut buffer).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        seen.extend_from_slice(&buffer[..n]);
+                        // One request per read is enough for these small bodies.
+                        if !seen.windows(4).any(|w| w == b"\r\n\r\n") || !seen.ends_with(b"}") {
+                            continue;
+                        }
+                        seen.clear();
+                        requests.fetch_add(1, Ordering::Relaxed);
+                        let delay = delay_ms.load(Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(delay)).await;
+                        let body = r#"{"jsonrpc":"2.0","id":1,"result":"0x1"}"#;
+                        let reply = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if socket.write_all(reply.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_that_turns_slow_is_ranked_behind_the_one_that_answers() {
+        let counter = || std::sync::Arc::new(AtomicU64::new(0));
+        let (delay_a, requests_a) = (counter(), counter());
+        let (delay_b, requests_b) = (counter(), counter());
+        let a = endpoint(delay_a.clone(), requests_a.clone()).await;
+        let b = endpoint(delay_b, requests_b.clone()).await;
+        let pool = RpcPool::new(&[a, b], Duration::from_secs(5)).unwrap();
+        for _ in 0..10 {
+            pool.read("eth_blockNumber", json!([])).await.unwrap();
+        }
+        // A, first and fast so far, now takes 2 s: every read hedges to B, which answers, and
+        // A's request is dropped unanswered. That slowness must count against A.
+        delay_a.store(2_000, Ordering::Relaxed);
+        for _ in 0..20 {
+            pool.read("eth_blockNumber", json!([])).await.unwrap();
+        }
+        assert_eq!(
+            pool.ranked()[0],
+            1,
+            "the endpoint whose answers were abandoned as too slow still ranks first"
+        );
+        let a_before = requests_a.load(Ordering::Relaxed);
+        for _ in 0..10 {
+            pool.read("eth_blockNumber", json!([])).await.unwrap();
+        }
+        assert_eq!(
+            requests_a.load(Ordering::Relaxed),
+            a_before,
+            "reads no longer start at the slow endpoint"
+        );
+        assert!(requests_b.load(Ordering::Relaxed) >= 30);
+    }
 
     #[tokio::test]
     async fn an_endpoint_s_path_never_reaches_an_error_or_a_send_record() {

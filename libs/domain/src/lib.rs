@@ -7,6 +7,7 @@
 
 mod address;
 mod amount;
+mod attempt;
 mod error;
 mod fingerprint;
 mod intent;
@@ -16,6 +17,7 @@ mod state;
 
 pub use address::{EvmAddress, SolanaPubkey};
 pub use amount::{Lamports, Wei};
+pub use attempt::AttemptReason;
 pub use error::{Error, Result, Rule};
 pub use fingerprint::Fingerprint;
 pub use intent::{

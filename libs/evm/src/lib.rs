@@ -7,6 +7,7 @@
 
 mod classify;
 mod error;
+pub mod evidence;
 mod rpc;
 mod tx;
 

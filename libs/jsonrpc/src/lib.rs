@@ -4,9 +4,11 @@
 //! never hedged, never batched and never retried here, because what a failed write means is
 //! decided by reading chain state, not by sending again.
 
+mod endpoint;
 mod error;
 mod pool;
 
+pub use endpoint::{Endpoint, PassCache, PoolEndpoint};
 pub use error::{Error, Result, RpcError};
 pub use pool::{RpcPool, SendAttempt, quantity, quantity_u128, unexpected};
 pub use sigcast_telemetry::metrics::endpoint_label;

@@ -141,14 +141,24 @@ impl RpcPool {
         self.endpoints.iter().map(|e| e.url.as_str()).collect()
     }
 
-    fn ranked(&self) -> Vec<usize> {
+    pub(crate) fn ranked(&self) -> Vec<usize> {
         let now = Instant::now();
         let mut order: Vec<usize> = (0..self.endpoints.len()).collect();
         order.sort_by_key(|&i| self.endpoints[i].rank(now));
         order
     }
 
-    async fn call(&self, index: usize, method: &str, params: &Value) -> Result<Value, RpcError> {
+    /// The label of endpoint `index`.
+    pub(crate) fn label(&self, index: usize) -> &str {
+        &self.endpoints[index].label
+    }
+
+    pub(crate) async fn call(
+        &self,
+        index: usize,
+        method: &str,
+        params: &Value,
+    ) -> Result<Value, RpcError> {
         let endpoint = &self.endpoints[index];
         let started = Instant::now();
         let result = self.post(endpoint, method, params).await;

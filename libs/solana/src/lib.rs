@@ -4,9 +4,10 @@
 //! It never holds keys: the signer signs `message_bytes` with its key (a keystore key or one
 //! inside a PKCS#11 token) and hands the signature back here.
 
+pub mod evidence;
 mod rpc;
 
-pub use rpc::{NonceView, SignatureStatus, SolanaRpc};
+pub use rpc::{LatestBlockhash, SignatureStatus, SolanaRpc};
 use sigcast_domain::SolanaTransfer;
 use solana_hash::Hash;
 use solana_message::Instruction;

@@ -6,6 +6,18 @@ use serde_json::{Value, json};
 use sigcast_jsonrpc::{Result, RpcError, RpcPool, SendAttempt, unexpected};
 use std::time::Duration;
 
+/// A recent blockhash as read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LatestBlockhash {
+    /// The blockhash.
+    pub hash: [u8; 32],
+    /// The last block height at which a transaction carrying it can be processed.
+    pub last_valid_block_height: u64,
+    /// The slot of the read: the endpoint's history must reach back to it for any proof that
+    /// a transaction carrying it never landed.
+    pub slot: u64,
+}
+
 /// A landed transaction's status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignatureStatus {
@@ -15,16 +27,6 @@ pub struct SignatureStatus {
     pub err: Option<String>,
     /// "processed", "confirmed" or "finalized".
     pub confirmation: String,
-}
-
-/// A durable-nonce operation as one endpoint sees it: the evidence that may prove none of its
-/// transactions can land any more.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NonceView {
-    /// The nonce account's state, `None` if it is missing or not an initialized nonce.
-    pub nonce: Option<crate::NonceState>,
-    /// The statuses of the operation's signatures, read after the nonce.
-    pub statuses: Vec<Option<SignatureStatus>>,
 }
 
 fn parse_account_data(value: &Value) -> Option<Option<Vec<u8>>> {
@@ -37,14 +39,6 @@ fn parse_account_data(value: &Value) -> Option<Option<Vec<u8>>> {
         .decode(data)
         .ok()
         .map(Some)
-}
-
-/// An answer from `url` that does not parse; the endpoint named without its path.
-fn malformed(url: &str, what: &str) -> RpcError {
-    RpcError::Malformed {
-        endpoint: sigcast_jsonrpc::endpoint_label(url),
-        message: format!("unexpected {what}"),
-    }
 }
 
 fn account_params(account: &[u8; 32]) -> Value {
@@ -96,8 +90,9 @@ impl SolanaRpc {
         Ok(Self(RpcPool::new(urls, timeout)?))
     }
 
-    /// The latest blockhash at `confirmed` commitment and its last valid block height.
-    pub async fn latest_blockhash(&self) -> Result<([u8; 32], u64)> {
+    /// The latest blockhash at `confirmed` commitment, its last valid block height, and the
+    /// slot it was read at.
+    pub async fn latest_blockhash(&self) -> Result<LatestBlockhash> {
         let value = self
             .read("getLatestBlockhash", json!([{ "commitment": "confirmed" }]))
             .await?;
@@ -106,8 +101,15 @@ impl SolanaRpc {
             .and_then(|h| bs58::decode(h).into_vec().ok())
             .and_then(|b| <[u8; 32]>::try_from(b).ok());
         let last_valid = value["value"]["lastValidBlockHeight"].as_u64();
-        hash.zip(last_valid)
-            .ok_or_else(|| unexpected("getLatestBlockhash", &value))
+        let slot = value["context"]["slot"].as_u64();
+        match (hash, last_valid, slot) {
+            (Some(hash), Some(last_valid_block_height), Some(slot)) => Ok(LatestBlockhash {
+                hash,
+                last_valid_block_height,
+                slot,
+            }),
+            _ => Err(unexpected("getLatestBlockhash", &value)),
+        }
     }
 
     /// The block height (hedged).
@@ -125,56 +127,24 @@ impl SolanaRpc {
         parse_statuses(&value).ok_or_else(|| unexpected("getSignatureStatuses", &value))
     }
 
-    /// Block height and statuses as one endpoint sees them: the evidence that may prove no
-    /// attempt can land.
-    pub async fn view_from(
-        &self,
-        url: &str,
-        signatures: &[String],
-    ) -> std::result::Result<(u64, Vec<Option<SignatureStatus>>), RpcError> {
-        let height = self.read_from(url, "getBlockHeight", json!([])).await?;
-        let height = height
-            .as_u64()
-            .ok_or_else(|| malformed(url, "block height"))?;
-        Ok((height, self.statuses_from(url, signatures).await?))
-    }
-
-    /// Statuses of `signatures` as one endpoint sees them, searching its whole history.
-    async fn statuses_from(
-        &self,
-        url: &str,
-        signatures: &[String],
-    ) -> std::result::Result<Vec<Option<SignatureStatus>>, RpcError> {
-        let params = json!([signatures, { "searchTransactionHistory": true }]);
-        let value = self.read_from(url, "getSignatureStatuses", params).await?;
-        parse_statuses(&value).ok_or_else(|| malformed(url, "statuses"))
-    }
-
     /// A nonce account's state at `confirmed` (hedged): `None` if it is missing or not an
     /// initialized nonce account.
     pub async fn nonce(&self, account: &[u8; 32]) -> Result<Option<crate::NonceState>> {
+        Ok(self.nonce_and_slot(account).await?.0)
+    }
+
+    /// [`SolanaRpc::nonce`], with the slot it was read at.
+    pub async fn nonce_and_slot(
+        &self,
+        account: &[u8; 32],
+    ) -> Result<(Option<crate::NonceState>, u64)> {
         let value = self.read("getAccountInfo", account_params(account)).await?;
         let data =
             parse_account_data(&value).ok_or_else(|| unexpected("getAccountInfo", &value))?;
-        Ok(data.as_deref().and_then(crate::parse_nonce_account))
-    }
-
-    /// The nonce account, then the signatures' statuses, as one endpoint sees them. In that
-    /// order: a transaction that advanced the nonce before the first read shows in the second.
-    pub async fn nonce_view_from(
-        &self,
-        url: &str,
-        account: &[u8; 32],
-        signatures: &[String],
-    ) -> std::result::Result<NonceView, RpcError> {
-        let info = self
-            .read_from(url, "getAccountInfo", account_params(account))
-            .await?;
-        let data = parse_account_data(&info).ok_or_else(|| malformed(url, "account info"))?;
-        Ok(NonceView {
-            nonce: data.as_deref().and_then(crate::parse_nonce_account),
-            statuses: self.statuses_from(url, signatures).await?,
-        })
+        let slot = value["context"]["slot"]
+            .as_u64()
+            .ok_or_else(|| unexpected("getAccountInfo", &value))?;
+        Ok((data.as_deref().and_then(crate::parse_nonce_account), slot))
     }
 
     /// The balance an account of `size` bytes needs to be rent-exempt.

@@ -4,7 +4,10 @@
 //! - `("op", op_id)` → the `sigcast.v1.Operation` message (protobuf: the contract is also the
 //!   record format, so it evolves by protobuf's compatibility rules);
 //! - `("by_account", chain, account, op_id)` → empty, for listing one account's operations;
-//! - `("by_state", state, op_id)` → empty, for listing by state and for resuming work.
+//! - `("by_state", state, op_id)` → empty, for listing by state;
+//! - `("work", state, chain, account, op_id)` → empty, for operations not yet terminal only:
+//!   the broadcaster's work, listed account by account so that no backlog of one account or
+//!   chain keeps the others waiting.
 //!
 //! Every function here is a piece of one transaction and idempotent by op_id: running it
 //! again after a commit whose result was unknown finds its own effect and changes nothing.
@@ -21,6 +24,7 @@ use std::time::SystemTime;
 const RECORD: &str = "op";
 const BY_ACCOUNT: &str = "by_account";
 const BY_STATE: &str = "by_state";
+const WORK: &str = "work";
 
 /// Most index entries one list call reads before returning a partial page, so a filter that
 /// matches rarely cannot make one call scan the whole store.
@@ -41,6 +45,20 @@ fn account_key(root: &Subspace, op: &pb::Operation) -> Vec<u8> {
 
 fn state_key(root: &Subspace, op: &pb::Operation) -> Vec<u8> {
     root.pack(&(BY_STATE, i64::from(op.state), op.op_id.as_str()))
+}
+
+/// The work entry of an operation that is not terminal.
+fn work_key(root: &Subspace, op: &pb::Operation) -> Option<Vec<u8>> {
+    let terminal = state_from_proto(op.state()).is_none_or(OperationState::is_terminal);
+    (!terminal).then(|| {
+        root.pack(&(
+            WORK,
+            i64::from(op.state),
+            op.chain.as_str(),
+            op.account.as_str(),
+            op.op_id.as_str(),
+        ))
+    })
 }
 
 fn decode(key: &[u8], bytes: &[u8]) -> Result<pb::Operation> {
@@ -93,12 +111,18 @@ pub fn put(
             })?;
         tx.clear(&state_key(root, old))?;
         tx.clear(&account_key(root, old))?;
+        if let Some(work) = work_key(root, old) {
+            tx.clear(&work)?;
+        }
     }
     op.revision = previous.map_or(1, |old| old.revision + 1);
     op.update_time = Some(now.into());
     pieces::set(tx, root, &record_key(root, &op.op_id), &op.encode_to_vec())?;
     tx.set(&state_key(root, op), &[])?;
     tx.set(&account_key(root, op), &[])?;
+    if let Some(work) = work_key(root, op) {
+        tx.set(&work, &[])?;
+    }
     Ok(())
 }
 
@@ -320,4 +344,104 @@ fn index_op_id(key: &[u8]) -> Result<String> {
             reason: "no op_id at its end".into(),
         }),
     }
+}
+
+/// The accounts of `chain` with operations in `state` (not terminal), in key order, at most
+/// `max`. Each account costs one short range read, however many operations it has.
+pub fn work_accounts(
+    tx: &mut dyn KvRead,
+    root: &Subspace,
+    state: pb::OperationState,
+    chain: &str,
+    max: usize,
+) -> Result<Vec<String>> {
+    let space = root.subspace(&(WORK, i64::from(state as i32), chain));
+    let (mut begin, end) = space.range();
+    let mut accounts = Vec::new();
+    while accounts.len() < max {
+        let rows = tx.get_range(&begin, &end, 1, false)?;
+        let Some((key, _)) = rows.first() else { break };
+        let (_, _, _, account, _): (String, i64, String, String, String) =
+            root.unpack(key).map_err(|e| Error::Corrupt {
+                what: "work key",
+                key: hex_string(key),
+                reason: e.to_string(),
+            })?;
+        // Past every key of this account.
+        begin = space.subspace(&(account.as_str(),)).range().1;
+        accounts.push(account);
+    }
+    Ok(accounts)
+}
+
+/// Up to `limit` operations of `account` on `chain` in `state`, in op_id order, starting after
+/// op_id `after`.
+pub fn work_of_account(
+    tx: &mut dyn KvRead,
+    root: &Subspace,
+    state: pb::OperationState,
+    chain: &str,
+    account: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<Vec<pb::Operation>> {
+    let space = root.subspace(&(WORK, i64::from(state as i32), chain, account));
+    let (begin, end) = space.range();
+    let begin = match after {
+        Some(op_id) => {
+            let mut key = space.pack(&(op_id,));
+            key.push(0);
+            key
+        }
+        None => begin,
+    };
+    let mut ops = Vec::new();
+    for (key, _) in tx.get_range(&begin, &end, limit, false)? {
+        if let Some(op) = get(tx, root, &index_op_id(&key)?)? {
+            ops.push(op);
+        }
+    }
+    Ok(ops)
+}
+
+/// Adds the missing work entries of operations not yet terminal, at most `limit` records per
+/// call, starting after the `by_state` key `after`; returns the key to continue after, `None`
+/// once done. Records written by a process of data format 1 (during a rolling upgrade, or
+/// before this one) have none. Idempotent.
+pub fn index_work(
+    tx: &mut dyn KvTransaction,
+    root: &Subspace,
+    after: Option<&[u8]>,
+    limit: usize,
+) -> Result<Option<Vec<u8>>> {
+    let states = [
+        pb::OperationState::Received,
+        pb::OperationState::Signed,
+        pb::OperationState::Sent,
+    ];
+    let (begin, _) = root
+        .subspace(&(BY_STATE, i64::from(states[0] as i32)))
+        .range();
+    let (_, end) = root
+        .subspace(&(BY_STATE, i64::from(states[2] as i32)))
+        .range();
+    let begin = match after {
+        Some(key) => {
+            let mut next = key.to_vec();
+            next.push(0);
+            next
+        }
+        None => begin,
+    };
+    let rows = tx.get_range(&begin, &end, limit, false)?;
+    let last = rows.last().map(|(key, _)| key.clone());
+    for (key, _) in &rows {
+        let work = get(tx, root, &index_op_id(key)?)?.and_then(|op| work_key(root, &op));
+        if let Some(work) = work
+            && tx.get(&work)?.is_none()
+        {
+            tx.set(&work, &[])?;
+        }
+    }
+    Ok(if rows.len() < limit { None } else { last })
 }

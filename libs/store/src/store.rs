@@ -108,8 +108,9 @@ const GROUP_MAX: usize = 256;
 /// misread, together with the migration in [`Store::check_format`].
 ///
 /// - 1: the first release.
-/// - 2: values over [`crate::pieces::PIECE`] bytes are stored in pieces (format 1 stored them
-///   whole; it reads as is).
+/// - 2: values over 90,000 bytes are stored in pieces (format 1 stored them whole; it reads as
+///   is); operations not yet terminal have a `work` index entry (added to format-1 records by
+///   [`Store::index_work`] when a store is opened, and by the broadcaster's sweep).
 pub const FORMAT_VERSION: u32 = 2;
 
 /// A handle on the store; cheap to clone.
@@ -157,8 +158,36 @@ impl Store {
                 group: std::sync::OnceLock::new(),
             }),
         };
+        store.migrate()?;
         store.check_format(FORMAT_VERSION)?;
         Ok(store)
+    }
+
+    /// Brings a store of an older format up to this one.
+    fn migrate(&self) -> Result<()> {
+        let key = self.root().pack(&("meta", "format"));
+        let found = self.read(|tx| tx.get(&key))?;
+        if found.as_deref() == Some(&1u32.to_be_bytes()[..]) {
+            tracing::info!("store of data format 1: adding the work index");
+            self.index_work()?;
+        }
+        Ok(())
+    }
+
+    /// Adds the work index entries that records written by a data-format-1 process lack, in
+    /// transactions of a bounded size. Idempotent; the broadcaster runs it now and then, in
+    /// case such a process was still running during an upgrade.
+    pub fn index_work(&self) -> Result<()> {
+        let root = self.root().clone();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let from = after.clone();
+            after =
+                self.run(|tx| crate::operations::index_work(tx, &root, from.as_deref(), 500))?;
+            if after.is_none() {
+                return Ok(());
+            }
+        }
     }
 
     /// Records this binary's data format in an empty store, and refuses to run on a store

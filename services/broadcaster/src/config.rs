@@ -44,6 +44,8 @@ pub struct Config {
     /// How long an attempt may wait for inclusion before a replacement with higher fees is
     /// signed at the same nonce, in milliseconds; 0 turns fee bumps off.
     pub fee_bump_after_ms: u64,
+    /// Most fee bumps of one operation (the signer also caps the fees of each).
+    pub max_fee_bumps: u32,
     /// Timeout of one RPC request, in milliseconds; a send that times out is an unknown outcome.
     pub rpc_timeout_ms: u64,
     /// Operations worked on at once, per stage (signing, sending, checking).
@@ -108,6 +110,7 @@ impl Default for Config {
             rebroadcast_ms: 6_000,
             check_after_ms: 500,
             fee_bump_after_ms: 60_000,
+            max_fee_bumps: 5,
             rpc_timeout_ms: 5_000,
             concurrency: 64,
             log: LogConfig::default(),
@@ -157,6 +160,19 @@ impl ServiceConfig for Config {
 }
 
 impl Config {
+    /// The decisions' settings.
+    pub fn rules(&self) -> sigcast_protocol::Rules {
+        sigcast_protocol::Rules {
+            confirmations: self.confirmations,
+            solana_commitment: sigcast_protocol::Commitment::parse(&self.solana_commitment),
+            check_after: Duration::from_millis(self.check_after_ms),
+            rebroadcast_after: Duration::from_millis(self.rebroadcast_ms),
+            fee_bump_after: (self.fee_bump_after_ms > 0)
+                .then(|| Duration::from_millis(self.fee_bump_after_ms)),
+            max_fee_bumps: self.max_fee_bumps,
+        }
+    }
+
     /// Poll interval.
     pub fn poll(&self) -> Duration {
         Duration::from_millis(self.poll_ms)

@@ -5,7 +5,10 @@
 //!
 //! It holds no keys and never builds a transaction: it only sends payloads the signer stored.
 
+mod chains;
 pub mod config;
+mod signer;
+mod work;
 mod worker;
 
 pub use config::Config;

@@ -77,7 +77,8 @@ async fn create_one(
     for _ in 0..CREATE_ROUNDS {
         let address_key = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
         let address = address_key.verifying_key().to_bytes();
-        let (blockhash, last_valid) = rpc.latest_blockhash().await?;
+        let latest = rpc.latest_blockhash().await?;
+        let (blockhash, last_valid) = (latest.hash, latest.last_valid_block_height);
         let message =
             sigcast_solana::create_nonce_account_message(authority_bytes, address, rent, blockhash);
         let bytes = sigcast_solana::message_bytes(&message);

@@ -230,3 +230,112 @@ fn the_store_refuses_a_transition_the_lifecycle_forbids() {
         );
     }
 }
+
+fn set_state(s: &Store, op_id: &str, states: &[pb::OperationState]) {
+    let root = s.root().clone();
+    s.run(|tx| {
+        for state in states {
+            let stored = operations::get(tx, &root, op_id)?.unwrap();
+            let mut op = stored.clone();
+            op.set_state(*state);
+            operations::put(tx, &root, Some(&stored), &mut op, SystemTime::now())?;
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn work_is_listed_account_by_account_and_only_until_terminal() {
+    let t = test_store("work");
+    let s = &t.store;
+    let root = s.root().clone();
+    // One account with a backlog of 300, two with one operation each, and another chain.
+    for i in 0..300 {
+        submit(s, operation(&format!("busy-{i:03}"), "0xBusy", "f"));
+    }
+    submit(s, operation("a-1", "0xA", "f"));
+    submit(s, operation("b-1", "0xB", "f"));
+    let mut other = operation("other-chain", "0xA", "f");
+    other.chain = "solana:localnet".into();
+    submit(s, other);
+    let received = pb::OperationState::Received;
+    let accounts = s
+        .read(|tx| operations::work_accounts(tx, &root, received, "eip155:31337", 100))
+        .unwrap();
+    assert_eq!(accounts, ["0xA", "0xB", "0xBusy"]);
+    let page = |after: Option<&str>| {
+        s.read(|tx| {
+            operations::work_of_account(tx, &root, received, "eip155:31337", "0xBusy", after, 128)
+        })
+        .unwrap()
+        .into_iter()
+        .map(|op| op.op_id)
+        .collect::<Vec<_>>()
+    };
+    let first = page(None);
+    assert_eq!(first.len(), 128);
+    let second = page(Some(first.last().unwrap()));
+    assert_eq!(second[0], "busy-128");
+    // Work moves with the state and leaves once terminal.
+    set_state(s, "a-1", &[pb::OperationState::Signed]);
+    let signed = s
+        .read(|tx| {
+            operations::work_accounts(tx, &root, pb::OperationState::Signed, "eip155:31337", 10)
+        })
+        .unwrap();
+    assert_eq!(signed, ["0xA"]);
+    set_state(
+        s,
+        "a-1",
+        &[pb::OperationState::Sent, pb::OperationState::Confirmed],
+    );
+    for state in [
+        pb::OperationState::Signed,
+        pb::OperationState::Sent,
+        pb::OperationState::Confirmed,
+    ] {
+        assert!(
+            s.read(|tx| operations::work_accounts(tx, &root, state, "eip155:31337", 10))
+                .unwrap()
+                .is_empty(),
+            "{state:?}"
+        );
+    }
+}
+
+#[test]
+fn a_store_of_data_format_1_gains_its_work_index_when_opened() {
+    let t = test_store("format1");
+    let s = &t.store;
+    let root = s.root().clone();
+    for i in 0..1_200 {
+        submit(s, operation(&format!("op-{i:04}"), "0xA", "f"));
+    }
+    set_state(s, "op-0000", &[pb::OperationState::Cancelled]);
+    // What a format-1 build leaves: no work entries, format 1 recorded.
+    s.run(|tx| {
+        let (begin, end) = root.subspace(&("work",)).range();
+        tx.clear_range(&begin, &end)?;
+        tx.set(&root.pack(&("meta", "format")), &1u32.to_be_bytes())
+    })
+    .unwrap();
+    let reopened = sigcast_store::Store::open(&t.config).unwrap();
+    let root = reopened.root().clone();
+    let count = reopened
+        .read(|tx| {
+            let (begin, end) = root.subspace(&("work",)).range();
+            Ok(tx.get_range(&begin, &end, usize::MAX, false)?.len())
+        })
+        .unwrap();
+    assert_eq!(count, 1_199, "every operation not terminal, and only those");
+    let format = reopened
+        .read(|tx| tx.get(&root.pack(&("meta", "format"))))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        format,
+        sigcast_store::FORMAT_VERSION.to_be_bytes(),
+        "then the store is recorded at this format"
+    );
+}

@@ -25,10 +25,15 @@ const RESIGN: &str = "resign";
 
 /// How an attempt is bound in time, before it is signed.
 enum Plan {
-    /// A recent blockhash and its last valid block height.
-    Blockhash([u8; 32], u64),
-    /// A durable nonce account of the operation's key and its current value.
-    Nonce { account: [u8; 32], value: [u8; 32] },
+    /// A recent blockhash, its last valid block height, and the slot it was read at.
+    Blockhash(sigcast_solana::LatestBlockhash),
+    /// A durable nonce account of the operation's key, its current value, and the slot it
+    /// was read at.
+    Nonce {
+        account: [u8; 32],
+        value: [u8; 32],
+        slot: u64,
+    },
 }
 
 fn b58(bytes: &[u8]) -> String {
@@ -102,42 +107,33 @@ impl Signer {
         let rpc = self.solana_rpc(&op)?;
         let signatures: Vec<String> = op.attempts.iter().map(|a| a.tx_id.clone()).collect();
         let nonce_account = pubkey(&signing.nonce_account);
+        // The same proof the broadcaster decides on, read again here from the signer's own
+        // endpoints: one of them must show it whole.
+        let mut refusal = sigcast_protocol::Why::Unread;
         let mut proven = false;
-        for url in rpc.urls() {
-            let (landed, past) = match nonce_account {
-                Some(account) => {
-                    let Ok(view) = rpc.nonce_view_from(url, &account, &signatures).await else {
-                        continue;
-                    };
-                    let advanced = view
-                        .nonce
-                        .is_some_and(|n| b58(&n.value) != signing.blockhash);
-                    (view.statuses.iter().any(Option::is_some), advanced)
+        for endpoint in rpc.ranked_endpoints() {
+            let view =
+                sigcast_solana::evidence::read_view(&endpoint, &signatures, nonce_account.as_ref())
+                    .await;
+            match sigcast_protocol::solana::lifetime(&op, &view, SystemTime::now()) {
+                sigcast_protocol::solana::Lifetime::Over(_) => {
+                    proven = true;
+                    break;
                 }
-                None => {
-                    let Ok((height, statuses)) = rpc.view_from(url, &signatures).await else {
-                        continue;
-                    };
-                    (
-                        statuses.iter().any(Option::is_some),
-                        height > signing.last_valid_block_height,
-                    )
+                sigcast_protocol::solana::Lifetime::Valid => {
+                    refusal = sigcast_protocol::Why::InFlight(SystemTime::now());
                 }
-            };
-            if landed {
-                return Err(not_signable("an attempt has landed"));
-            }
-            if past {
-                proven = true;
-                break;
+                sigcast_protocol::solana::Lifetime::Unknown(why) => refusal = why,
             }
         }
         if !proven {
-            return Err(not_signable(if nonce_account.is_some() {
-                "no endpoint shows the nonce account advanced past the attempts' value"
-            } else {
-                "no endpoint shows every attempt's blockhash expired"
-            }));
+            let why = match refusal {
+                sigcast_protocol::Why::InFlight(_) => {
+                    "an attempt landed or can still land, as an endpoint shows".to_owned()
+                }
+                other => format!("no endpoint proves that no attempt can land: {other}"),
+            };
+            return Err(not_signable(&why));
         }
         self.solana_attempt(op.clone(), replaces_attempt + 1, caller)
             .await
@@ -162,21 +158,18 @@ impl Signer {
             None => self.free_nonce_account(op).await?,
         };
         let Some(account) = account else {
-            let (hash, last_valid) = rpc.latest_blockhash().await.map_err(chain_error)?;
-            return Ok(Plan::Blockhash(hash, last_valid));
+            let latest = rpc.latest_blockhash().await.map_err(chain_error)?;
+            return Ok(Plan::Blockhash(latest));
         };
         let bytes = pubkey(&account).ok_or_else(|| Error::BadIntent {
             op_id: op_id.clone(),
             reason: format!("nonce account {account:?} is not a base58 public key"),
         })?;
-        let state = rpc
-            .nonce(&bytes)
-            .await
-            .map_err(chain_error)?
-            .ok_or_else(|| Error::NotSignable {
-                op_id: op_id.clone(),
-                state: format!("waiting: nonce account {account} is not an initialized nonce"),
-            })?;
+        let (state, slot) = rpc.nonce_and_slot(&bytes).await.map_err(chain_error)?;
+        let state = state.ok_or_else(|| Error::NotSignable {
+            op_id: op_id.clone(),
+            state: format!("waiting: nonce account {account} is not an initialized nonce"),
+        })?;
         if b58(&state.authority) != op.account {
             return Err(Error::BadIntent {
                 op_id: op_id.clone(),
@@ -197,6 +190,7 @@ impl Signer {
         Ok(Plan::Nonce {
             account: bytes,
             value: state.value,
+            slot,
         })
     }
 
@@ -256,8 +250,8 @@ impl Signer {
         let plan = self.plan(&op, rpc, number).await?;
         let authority = pubkey(&op.account).unwrap_or_default();
         let lifetime = match plan {
-            Plan::Blockhash(hash, _) => Lifetime::Blockhash(hash),
-            Plan::Nonce { account, value } => Lifetime::DurableNonce {
+            Plan::Blockhash(latest) => Lifetime::Blockhash(latest.hash),
+            Plan::Nonce { account, value, .. } => Lifetime::DurableNonce {
                 account,
                 authority,
                 value,
@@ -271,15 +265,21 @@ impl Signer {
             _ => unreachable!("checked above"),
         };
         let signing = match plan {
-            Plan::Blockhash(hash, last_valid) => pb::SolanaSigning {
-                blockhash: b58(&hash),
-                last_valid_block_height: last_valid,
+            Plan::Blockhash(latest) => pb::SolanaSigning {
+                blockhash: b58(&latest.hash),
+                last_valid_block_height: latest.last_valid_block_height,
                 nonce_account: String::new(),
+                signing_slot: latest.slot,
             },
-            Plan::Nonce { account, value } => pb::SolanaSigning {
+            Plan::Nonce {
+                account,
+                value,
+                slot,
+            } => pb::SolanaSigning {
                 blockhash: b58(&value),
                 last_valid_block_height: 0,
                 nonce_account: b58(&account),
+                signing_slot: slot,
             },
         };
         let purpose = if number == 1 {

@@ -1,0 +1,248 @@
+//! Reading what one endpoint shows of an operation's nonce: its head, the account's nonce at
+//! that head, and the transaction that used the nonce — from a receipt of one of the
+//! operation's attempts, or else from the block in which the account's nonce passed it. A
+//! null receipt is never taken for anything: nodes show account state before receipts, and
+//! prune their indexes.
+
+use crate::rpc::parse_receipt;
+use alloy_primitives::{Address, B256};
+use serde_json::{Value, json};
+use sigcast_jsonrpc::{Endpoint, RpcError, quantity};
+use sigcast_protocol::{BlockRef, EvmLanded, EvmView};
+
+/// Blocks scanned back from the head for the transaction at a nonce when the endpoint keeps
+/// no state for older blocks (a pruned node cannot answer the nonce at a past block).
+const SCAN_BLOCKS: u64 = 128;
+
+fn hex(n: u64) -> String {
+    format!("0x{n:x}")
+}
+
+fn malformed(endpoint: &impl Endpoint, what: &str, value: &Value) -> RpcError {
+    RpcError::Malformed {
+        endpoint: endpoint.label().to_owned(),
+        message: format!("{what}: {value}"),
+    }
+}
+
+/// A block's number and hash, from a block object.
+fn block_ref(endpoint: &impl Endpoint, value: &Value) -> Result<BlockRef, RpcError> {
+    let number = value.get("number").and_then(quantity);
+    let hash = value.get("hash").and_then(Value::as_str);
+    match (number, hash) {
+        (Some(number), Some(hash)) => Ok(BlockRef {
+            number,
+            hash: hash.to_ascii_lowercase(),
+        }),
+        _ => Err(malformed(endpoint, "a block without number or hash", value)),
+    }
+}
+
+/// The block at `number` (`None` if the endpoint has none), with full transactions if `full`.
+async fn block(
+    endpoint: &impl Endpoint,
+    number: u64,
+    full: bool,
+) -> Result<Option<Value>, RpcError> {
+    let value = endpoint
+        .request("eth_getBlockByNumber", json!([hex(number), full]))
+        .await?;
+    Ok((!value.is_null()).then_some(value))
+}
+
+/// The account's transaction count after block `number`.
+async fn nonce_at(
+    endpoint: &impl Endpoint,
+    account: Address,
+    number: u64,
+) -> Result<u64, RpcError> {
+    let value = endpoint
+        .request(
+            "eth_getTransactionCount",
+            json!([account.to_string(), hex(number)]),
+        )
+        .await?;
+    quantity(&value).ok_or_else(|| malformed(endpoint, "a transaction count", &value))
+}
+
+/// Reads what `endpoint` shows of the account's `nonce`, used by one of `attempts` or not.
+/// Fails only if the head cannot be read; anything else unreadable is left `None`.
+pub async fn read_view(
+    endpoint: &impl Endpoint,
+    account: Address,
+    nonce: u64,
+    attempts: &[B256],
+) -> Result<EvmView, RpcError> {
+    let latest = endpoint
+        .request("eth_getBlockByNumber", json!(["latest", false]))
+        .await?;
+    let head = block_ref(endpoint, &latest)?;
+    let account_nonce = nonce_at(endpoint, account, head.number).await.ok();
+    let mut landed: Option<EvmLanded> = None;
+    for hash in attempts {
+        let Ok(value) = endpoint
+            .request("eth_getTransactionReceipt", json!([hash.to_string()]))
+            .await
+        else {
+            continue;
+        };
+        let Some(receipt) = parse_receipt(&value) else {
+            continue;
+        };
+        let canonical_hash = block(endpoint, receipt.block_number, false)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|b| block_ref(endpoint, &b).ok())
+            .map(|b| b.hash);
+        let seen = EvmLanded {
+            tx: receipt.tx_hash.to_string(),
+            block: BlockRef {
+                number: receipt.block_number,
+                hash: receipt.block_hash.to_ascii_lowercase(),
+            },
+            canonical_hash,
+            success: Some(receipt.success),
+        };
+        let canonical = seen.canonical_hash.as_deref() == Some(seen.block.hash.as_str());
+        landed = Some(seen);
+        if canonical {
+            break;
+        }
+    }
+    let canonical = landed
+        .as_ref()
+        .is_some_and(|l| l.canonical_hash.as_deref() == Some(l.block.hash.as_str()));
+    if !canonical && account_nonce.is_some_and(|n| n > nonce) {
+        // No receipt, or one from a block no longer canonical here: look for what used the
+        // nonce in the canonical chain.
+        if let Ok(Some(user)) = find_user(endpoint, account, nonce, head.number).await {
+            landed = Some(user);
+        }
+    }
+    Ok(EvmView {
+        endpoint: endpoint.label().to_owned(),
+        head,
+        account_nonce,
+        landed,
+    })
+}
+
+/// The transaction of `account` at `nonce` in the endpoint's canonical chain up to `head`:
+/// found in the block where the account's nonce passed it (by a galloping then binary search
+/// over the nonce at past blocks), or, where the endpoint keeps no past state, by scanning the
+/// last [`SCAN_BLOCKS`] blocks.
+pub async fn find_user(
+    endpoint: &impl Endpoint,
+    account: Address,
+    nonce: u64,
+    head: u64,
+) -> Result<Option<EvmLanded>, RpcError> {
+    let number = match first_block_past(endpoint, account, nonce, head).await {
+        Ok(Some(number)) => number,
+        Ok(None) => return Ok(None),
+        Err(_) => return scan(endpoint, account, nonce, head).await,
+    };
+    in_block(endpoint, account, nonce, number).await
+}
+
+/// The first block after which the account's nonce is past `nonce`, searching back from
+/// `head` (whose nonce is past it).
+async fn first_block_past(
+    endpoint: &impl Endpoint,
+    account: Address,
+    nonce: u64,
+    head: u64,
+) -> Result<Option<u64>, RpcError> {
+    if nonce_at(endpoint, account, head).await? <= nonce {
+        return Ok(None);
+    }
+    // Gallop back: recent blocks are the likeliest, and the only ones a pruned node keeps.
+    let (mut past, mut step) = (head, 1u64);
+    let not_past = loop {
+        let probe = past.saturating_sub(step);
+        if nonce_at(endpoint, account, probe).await? <= nonce {
+            break probe;
+        }
+        if probe == 0 {
+            return Ok(Some(0)); // used in the genesis block
+        }
+        past = probe;
+        step = step.saturating_mul(2);
+    };
+    // Invariant: nonce_at(not_past) <= nonce < nonce_at(past).
+    let mut low = not_past;
+    while past - low > 1 {
+        let middle = low + (past - low) / 2;
+        if nonce_at(endpoint, account, middle).await? <= nonce {
+            low = middle;
+        } else {
+            past = middle;
+        }
+    }
+    Ok(Some(past))
+}
+
+/// The account's transaction at `nonce` in block `number`, if it is there.
+async fn in_block(
+    endpoint: &impl Endpoint,
+    account: Address,
+    nonce: u64,
+    number: u64,
+) -> Result<Option<EvmLanded>, RpcError> {
+    let Some(value) = block(endpoint, number, true).await? else {
+        return Ok(None);
+    };
+    let block = block_ref(endpoint, &value)?;
+    let account_text = account.to_string();
+    let found = value
+        .get("transactions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|tx| {
+            tx.get("from")
+                .and_then(Value::as_str)
+                .is_some_and(|from| from.eq_ignore_ascii_case(&account_text))
+                && tx.get("nonce").and_then(quantity) == Some(nonce)
+        });
+    let Some(tx) = found else {
+        return Ok(None);
+    };
+    let Some(hash) = tx
+        .get("hash")
+        .and_then(Value::as_str)
+        .and_then(|h| h.parse::<B256>().ok())
+    else {
+        return Err(malformed(endpoint, "a transaction without a hash", tx));
+    };
+    let success = endpoint
+        .request("eth_getTransactionReceipt", json!([hash.to_string()]))
+        .await
+        .ok()
+        .and_then(|value| parse_receipt(&value))
+        .filter(|r| r.block_hash.eq_ignore_ascii_case(&block.hash))
+        .map(|r| r.success);
+    Ok(Some(EvmLanded {
+        tx: hash.to_string(),
+        canonical_hash: Some(block.hash.clone()),
+        block,
+        success,
+    }))
+}
+
+/// The last resort of a node without past state: the account's transaction at `nonce` in
+/// one of the last [`SCAN_BLOCKS`] blocks.
+async fn scan(
+    endpoint: &impl Endpoint,
+    account: Address,
+    nonce: u64,
+    head: u64,
+) -> Result<Option<EvmLanded>, RpcError> {
+    for number in (head.saturating_sub(SCAN_BLOCKS - 1)..=head).rev() {
+        if let Some(found) = in_block(endpoint, account, nonce, number).await? {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
+}

@@ -1,0 +1,110 @@
+//! One endpoint at a time: evidence must come from a single view of the chain (a head, and
+//! the nonce, receipts and blocks read against it), so it is read through this interface
+//! rather than through hedged reads. A simulated node implements it too.
+
+use crate::RpcError;
+use crate::pool::RpcPool;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+
+/// One JSON-RPC endpoint.
+pub trait Endpoint: Send + Sync {
+    /// How it is named in evidence, logs and errors: scheme://host:port, never its path.
+    fn label(&self) -> &str;
+
+    /// One request, answered by this endpoint alone.
+    fn request(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> impl Future<Output = Result<Value, RpcError>> + Send;
+}
+
+/// An endpoint of a pool, with the pool's health accounting and metrics.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolEndpoint<'p> {
+    pool: &'p RpcPool,
+    index: usize,
+}
+
+impl RpcPool {
+    /// Every endpoint, best-ranked first (healthy before demoted, faster first).
+    pub fn ranked_endpoints(&self) -> Vec<PoolEndpoint<'_>> {
+        self.ranked()
+            .into_iter()
+            .map(|index| PoolEndpoint { pool: self, index })
+            .collect()
+    }
+}
+
+impl Endpoint for PoolEndpoint<'_> {
+    fn label(&self) -> &str {
+        self.pool.label(self.index)
+    }
+
+    async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        self.pool.call(self.index, method, &params).await
+    }
+}
+
+/// An endpoint whose answers to reads that cannot change within one pass over the work are
+/// kept for the pass: the head, blocks by number, state at a block number. Dropped with the
+/// pass, so nothing read here outlives it.
+#[derive(Debug)]
+pub struct PassCache<E> {
+    inner: E,
+    answers: Mutex<HashMap<String, Value>>,
+}
+
+impl<E> PassCache<E> {
+    /// A cache in front of `inner`, empty.
+    pub fn new(inner: E) -> Self {
+        Self {
+            inner,
+            answers: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// Whether a read's answer is fixed for the length of a pass.
+fn fixed_for_a_pass(method: &str) -> bool {
+    matches!(
+        method,
+        "eth_blockNumber"
+            | "eth_getBlockByNumber"
+            | "eth_getTransactionCount"
+            | "eth_chainId"
+            | "getBlockHeight"
+            | "getFirstAvailableBlock"
+            | "minimumLedgerSlot"
+    )
+}
+
+impl<E: Endpoint> Endpoint for PassCache<E> {
+    fn label(&self) -> &str {
+        self.inner.label()
+    }
+
+    async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        if !fixed_for_a_pass(method) {
+            return self.inner.request(method, params).await;
+        }
+        let key = format!("{method}{params}");
+        if let Some(value) = self
+            .answers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Ok(value.clone());
+        }
+        let value = self.inner.request(method, params).await?;
+        self.answers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, value.clone());
+        Ok(value)
+    }
+}

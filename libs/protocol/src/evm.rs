@@ -1,0 +1,262 @@
+//! Decisions for an EVM operation in flight: settle only from a transaction seen at its
+//! nonce, on an endpoint's canonical chain at the confirmation depth; otherwise keep its
+//! transactions in play.
+
+use crate::record::{first_sent, has_self_transfer, last_sent, reason_of, reasons};
+use crate::{Action, EvmLanded, EvmView, Replacement, Rules, Settlement, Why};
+use sigcast_domain::{AttemptReason, OperationState};
+use sigcast_proto::pb;
+use std::time::SystemTime;
+
+/// The operation's nonce, once signed.
+pub fn nonce_of(op: &pb::Operation) -> Option<u64> {
+    match &op.signing {
+        Some(pb::operation::Signing::Evm(evm)) => Some(evm.nonce),
+        _ => None,
+    }
+}
+
+/// Whether `landed` is on the view's canonical chain at the confirmation depth.
+fn deep(view: &EvmView, landed: &EvmLanded, rules: &Rules) -> bool {
+    landed.canonical_hash.as_deref() == Some(landed.block.hash.as_str())
+        && landed.block.number <= view.head.number
+        && view.head.number - landed.block.number + 1 >= rules.confirmations
+}
+
+/// The attempt whose transaction `tx` is.
+fn attempt_of<'a>(op: &'a pb::Operation, tx: &str) -> Option<&'a pb::Attempt> {
+    op.attempts
+        .iter()
+        .find(|a| a.tx_id.eq_ignore_ascii_case(tx))
+}
+
+/// SENT: what the views show.
+pub(crate) fn decide_sent(
+    op: &pb::Operation,
+    views: &[EvmView],
+    now: SystemTime,
+    rules: &Rules,
+) -> Action {
+    let Some(nonce) = nonce_of(op) else {
+        return Action::Wait(Why::NoAttempt);
+    };
+    if views.is_empty() {
+        return Action::ReadMore(Why::Unread);
+    }
+    // Positive evidence anywhere settles, unless another endpoint shows another transaction
+    // at the nonce just as deep (a fork between endpoints: wait for it to resolve).
+    let mut settled: Option<(&EvmView, &EvmLanded)> = None;
+    let mut shallow = false;
+    for view in views {
+        let Some(landed) = &view.landed else { continue };
+        if !deep(view, landed, rules) {
+            shallow = true;
+            continue;
+        }
+        match settled {
+            Some((_, first)) if !first.tx.eq_ignore_ascii_case(&landed.tx) => {
+                return Action::Wait(Why::Conflicting);
+            }
+            Some(_) => {}
+            None => settled = Some((view, landed)),
+        }
+    }
+    if let Some((view, landed)) = settled {
+        return match attempt_of(op, &landed.tx) {
+            Some(attempt) => match landed.success {
+                Some(success) => Action::Settle(ours(op, attempt, view, landed, success, now)),
+                None => Action::ReadMore(Why::ReceiptMissing),
+            },
+            None => Action::Settle(foreign(op, nonce, view, landed, now)),
+        };
+    }
+    if shallow {
+        return Action::Wait(Why::Confirming);
+    }
+    // Nothing seen at the nonce. A nonce that moved on without a transaction identified proves
+    // nothing (nodes show account state before receipts, and prune): read elsewhere or wait.
+    if views
+        .iter()
+        .any(|v| v.account_nonce.is_some_and(|n| n > nonce))
+    {
+        return Action::ReadMore(Why::NonceUsedUnidentified);
+    }
+    let Some(freshest) = views
+        .iter()
+        .filter(|v| v.account_nonce.is_some())
+        .max_by_key(|v| v.head.number)
+    else {
+        return Action::ReadMore(Why::Unreadable);
+    };
+    in_flight(op, nonce, freshest.account_nonce, now, rules)
+}
+
+/// The nonce is free on chain: replace if a replacement is due and can help, else send the
+/// newest attempt that may land again when it is due.
+pub(crate) fn in_flight(
+    op: &pb::Operation,
+    nonce: u64,
+    account_nonce: Option<u64>,
+    now: SystemTime,
+    rules: &Rules,
+) -> Action {
+    let Some(newest) = op.attempts.last() else {
+        return Action::Wait(Why::NoAttempt);
+    };
+    let self_transfer = has_self_transfer(op);
+    if op.cancel_requested && !self_transfer {
+        return Action::Replace(Replacement::Cancel);
+    }
+    let bumps = op
+        .attempts
+        .iter()
+        .filter(|a| reason_of(a) == AttemptReason::FeeBump)
+        .count();
+    let newest_refused = newest.outcome() == pb::AttemptOutcome::Rejected && !newest.may_land;
+    let underpriced = op
+        .error
+        .as_ref()
+        .is_some_and(|e| e.reason == reasons::UNDERPRICED);
+    // Higher fees cannot help a transaction refused for anything but its fees (the balance,
+    // say, which a bump only strains more).
+    let refused_for_more_than_fees = newest_refused && !underpriced;
+    let bumps_left = u32::try_from(bumps).unwrap_or(u32::MAX) < rules.max_fee_bumps
+        && !refused_for_more_than_fees;
+    if newest_refused && !self_transfer {
+        if underpriced && bumps_left {
+            return Action::Replace(Replacement::FeeBump);
+        }
+        if op.attempts.iter().all(|a| !a.may_land) {
+            // Every send of every attempt was refused: nothing of the operation is in any
+            // pool. A self-transfer takes the nonce so the account's later nonces proceed.
+            return Action::Replace(Replacement::GapFill);
+        }
+        // An earlier attempt may still land; it keeps the nonce.
+    }
+    let target = op
+        .attempts
+        .iter()
+        .rev()
+        .find(|a| a.may_land)
+        .unwrap_or(newest);
+    if let Some(after) = rules
+        .fee_bump_after
+        .filter(|_| bumps_left && !self_transfer)
+    {
+        // Only the account's next nonce is held up by its fees; behind an earlier nonce a bump
+        // cannot help. An attempt without a recorded send time has not waited at all.
+        let waited = first_sent(newest).is_some_and(|t| now >= t + after);
+        if waited && account_nonce == Some(nonce) {
+            return Action::Replace(Replacement::FeeBump);
+        }
+    }
+    resend_when_due(target, now, rules)
+}
+
+/// The same bytes again once `rebroadcast_after` passed since the last send.
+pub(crate) fn resend_when_due(target: &pb::Attempt, now: SystemTime, rules: &Rules) -> Action {
+    match last_sent(target) {
+        Some(sent) if now < sent + rules.rebroadcast_after => {
+            Action::Wait(Why::InFlight(sent + rules.rebroadcast_after))
+        }
+        // Due, or recorded as being sent but never sent (a crash in between).
+        _ => Action::Send(target.number),
+    }
+}
+
+fn evidence(view: &EvmView, landed: &EvmLanded, now: SystemTime) -> pb::Evidence {
+    pb::Evidence {
+        endpoint: view.endpoint.clone(),
+        read_time: Some(now.into()),
+        head: view.head.number,
+        tx_id: landed.tx.clone(),
+        block_number: landed.block.number,
+        block_hash: landed.block.hash.clone(),
+        ..Default::default()
+    }
+}
+
+/// One of the operation's own attempts used the nonce.
+fn ours(
+    op: &pb::Operation,
+    attempt: &pb::Attempt,
+    view: &EvmView,
+    landed: &EvmLanded,
+    success: bool,
+    now: SystemTime,
+) -> Settlement {
+    let result = pb::TerminalResult {
+        tx_id: attempt.tx_id.clone(),
+        block_number: landed.block.number,
+        block_hash: landed.block.hash.clone(),
+        execution_status: if success {
+            pb::ExecutionStatus::Success
+        } else {
+            pb::ExecutionStatus::Failed
+        }
+        .into(),
+    };
+    let (state, error) = match reason_of(attempt) {
+        AttemptReason::Cancel => (
+            OperationState::Cancelled,
+            Some(pb::OperationError {
+                reason: reasons::CANCELLED_ON_CHAIN.into(),
+                message: format!(
+                    "the cancel {} took the nonce in block {} ({})",
+                    attempt.tx_id, landed.block.number, landed.block.hash
+                ),
+            }),
+        ),
+        AttemptReason::GapFill => (
+            OperationState::Rejected,
+            Some(pb::OperationError {
+                reason: reasons::NEVER_APPLIED.into(),
+                message: format!(
+                    "the node refused the operation's transaction ({}); its nonce was taken by the \
+                     zero-value self-transfer {} in block {} ({}), so it can never apply",
+                    op.error
+                        .as_ref()
+                        .map_or("no reason recorded", |e| e.message.as_str()),
+                    attempt.tx_id,
+                    landed.block.number,
+                    landed.block.hash
+                ),
+            }),
+        ),
+        _ => (OperationState::Confirmed, None),
+    };
+    Settlement {
+        state,
+        result: Some(result),
+        error,
+        evidence: Some(evidence(view, landed, now)),
+    }
+}
+
+/// A transaction that is none of the operation's attempts used its nonce.
+fn foreign(
+    op: &pb::Operation,
+    nonce: u64,
+    view: &EvmView,
+    landed: &EvmLanded,
+    now: SystemTime,
+) -> Settlement {
+    Settlement {
+        state: OperationState::Rejected,
+        result: None,
+        error: Some(pb::OperationError {
+            reason: reasons::NONCE_CONSUMED_EXTERNALLY.into(),
+            message: format!(
+                "transaction {} of account {}, none of this operation's, used its nonce {nonce} in \
+                 block {} ({}), {} blocks deep on {}: the operation can never apply",
+                landed.tx,
+                op.account,
+                landed.block.number,
+                landed.block.hash,
+                view.head.number.saturating_sub(landed.block.number) + 1,
+                view.endpoint
+            ),
+        }),
+        evidence: Some(evidence(view, landed, now)),
+    }
+}

@@ -1,0 +1,744 @@
+//! Decision tables: record × evidence × time → action.
+
+use super::*;
+use sigcast_domain::AttemptReason;
+use std::time::Duration;
+
+const ACCOUNT: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+
+fn at(secs: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)
+}
+
+fn rules() -> Rules {
+    Rules {
+        confirmations: 3,
+        solana_commitment: Commitment::Confirmed,
+        check_after: Duration::from_millis(500),
+        rebroadcast_after: Duration::from_secs(6),
+        fee_bump_after: Some(Duration::from_secs(60)),
+        max_fee_bumps: 2,
+    }
+}
+
+fn tx(n: u32) -> String {
+    format!("0x{n:064x}")
+}
+
+/// An attempt sent at `sent` (seconds), whose latest outcome is `outcome`.
+fn attempt(
+    n: u32,
+    reason: AttemptReason,
+    outcome: pb::AttemptOutcome,
+    may_land: bool,
+    sent: u64,
+) -> pb::Attempt {
+    pb::Attempt {
+        number: n,
+        tx_id: tx(n),
+        endpoint: "http://a:1".into(),
+        outcome: outcome.into(),
+        send_time: Some(at(sent).into()),
+        outcome_time: Some(at(sent).into()),
+        last_send_time: Some(at(sent).into()),
+        reason: reason.as_str().into(),
+        sends: 1,
+        may_land,
+    }
+}
+
+fn accepted(n: u32, sent: u64) -> pb::Attempt {
+    attempt(
+        n,
+        if n == 1 {
+            AttemptReason::Initial
+        } else {
+            AttemptReason::FeeBump
+        },
+        pb::AttemptOutcome::Accepted,
+        true,
+        sent,
+    )
+}
+
+fn evm_op(attempts: Vec<pb::Attempt>) -> pb::Operation {
+    pb::Operation {
+        op_id: "op".into(),
+        state: pb::OperationState::Sent.into(),
+        chain: "eip155:31337".into(),
+        account: ACCOUNT.into(),
+        signing: Some(pb::operation::Signing::Evm(pb::EvmSigning { nonce: 7 })),
+        attempts,
+        revision: 4,
+        ..Default::default()
+    }
+}
+
+fn head(number: u64) -> BlockRef {
+    BlockRef {
+        number,
+        hash: format!("0xhead{number}"),
+    }
+}
+
+/// A view at `head` with the account at `nonce`, showing `landed` (in block 100).
+fn view(endpoint: &str, head_number: u64, nonce: Option<u64>, landed: Option<&str>) -> EvmView {
+    EvmView {
+        endpoint: endpoint.into(),
+        head: head(head_number),
+        account_nonce: nonce,
+        landed: landed.map(|tx| EvmLanded {
+            tx: tx.into(),
+            block: BlockRef {
+                number: 100,
+                hash: "0xb100".into(),
+            },
+            canonical_hash: Some("0xb100".into()),
+            success: Some(true),
+        }),
+    }
+}
+
+fn evm(views: Vec<EvmView>) -> Evidence {
+    Evidence::Evm(views)
+}
+
+fn settled(action: &Action) -> &Settlement {
+    match action {
+        Action::Settle(s) => s,
+        other => panic!("expected a settlement, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_null_receipt_with_the_nonce_past_ours_settles_nothing() {
+    // The load generator's 26 false rejections: anvil showed the account nonce past the
+    // operation's before the fee bump's receipt was readable.
+    let op = evm_op(vec![accepted(1, 0), accepted(2, 10)]);
+    let evidence = evm(vec![view("http://a:1", 101, Some(8), None)]);
+    assert_eq!(
+        decide(&op, &evidence, at(11), &rules()),
+        Action::ReadMore(Why::NonceUsedUnidentified)
+    );
+}
+
+#[test]
+fn rejected_only_from_a_foreign_transaction_at_depth() {
+    let op = evm_op(vec![accepted(1, 0)]);
+    let foreign = tx(99);
+    let shallow = evm(vec![view("http://a:1", 101, Some(8), Some(&foreign))]);
+    assert_eq!(
+        decide(&op, &shallow, at(11), &rules()),
+        Action::Wait(Why::Confirming),
+        "two blocks deep of three"
+    );
+    let deep = evm(vec![view("http://a:1", 102, Some(8), Some(&foreign))]);
+    let action = decide(&op, &deep, at(11), &rules());
+    let s = settled(&action);
+    assert_eq!(s.state, OperationState::Rejected);
+    assert_eq!(
+        s.error.as_ref().unwrap().reason,
+        reasons::NONCE_CONSUMED_EXTERNALLY
+    );
+    let evidence = s.evidence.as_ref().unwrap();
+    assert_eq!(
+        (
+            evidence.tx_id.as_str(),
+            evidence.block_number,
+            evidence.head
+        ),
+        (foreign.as_str(), 100, 102)
+    );
+    assert!(s.error.as_ref().unwrap().message.contains(&foreign));
+}
+
+#[test]
+fn a_landing_off_the_canonical_chain_settles_nothing() {
+    let op = evm_op(vec![accepted(1, 0)]);
+    let mut reorged = view("http://a:1", 110, Some(8), Some(&tx(1)));
+    reorged.landed.as_mut().unwrap().canonical_hash = Some("0xother".into());
+    assert_eq!(
+        decide(&op, &evm(vec![reorged.clone()]), at(11), &rules()),
+        Action::Wait(Why::Confirming)
+    );
+    reorged.landed.as_mut().unwrap().canonical_hash = None;
+    assert_eq!(
+        decide(&op, &evm(vec![reorged]), at(11), &rules()),
+        Action::Wait(Why::Confirming)
+    );
+}
+
+#[test]
+fn our_fee_bump_at_depth_confirms_from_its_receipt() {
+    let op = evm_op(vec![accepted(1, 0), accepted(2, 10)]);
+    let action = decide(
+        &op,
+        &evm(vec![view("http://a:1", 102, Some(8), Some(&tx(2)))]),
+        at(11),
+        &rules(),
+    );
+    let s = settled(&action);
+    assert_eq!(s.state, OperationState::Confirmed);
+    let result = s.result.as_ref().unwrap();
+    assert_eq!(
+        (result.tx_id.as_str(), result.execution_status()),
+        (tx(2).as_str(), pb::ExecutionStatus::Success)
+    );
+    assert_eq!(s.error, None);
+}
+
+#[test]
+fn our_transaction_seen_without_its_receipt_waits_for_it() {
+    let op = evm_op(vec![accepted(1, 0)]);
+    let mut v = view("http://a:1", 102, Some(8), Some(&tx(1)));
+    v.landed.as_mut().unwrap().success = None;
+    assert_eq!(
+        decide(&op, &evm(vec![v]), at(11), &rules()),
+        Action::ReadMore(Why::ReceiptMissing)
+    );
+}
+
+#[test]
+fn endpoints_that_disagree_at_depth_settle_nothing() {
+    let op = evm_op(vec![accepted(1, 0)]);
+    let evidence = evm(vec![
+        view("http://a:1", 102, Some(8), Some(&tx(1))),
+        view("http://b:1", 102, Some(8), Some(&tx(99))),
+    ]);
+    assert_eq!(
+        decide(&op, &evidence, at(11), &rules()),
+        Action::Wait(Why::Conflicting)
+    );
+}
+
+#[test]
+fn a_positive_read_anywhere_settles_a_lagging_one_does_not_block_it() {
+    let op = evm_op(vec![accepted(1, 0)]);
+    let evidence = evm(vec![
+        view("http://lagging:1", 90, Some(7), None),
+        view("http://b:1", 102, Some(8), Some(&tx(1))),
+    ]);
+    let action = decide(&op, &evidence, at(11), &rules());
+    assert_eq!(settled(&action).state, OperationState::Confirmed);
+    assert_eq!(
+        settled(&action).evidence.as_ref().unwrap().endpoint,
+        "http://b:1"
+    );
+}
+
+#[test]
+fn self_transfers_settle_as_cancelled_or_never_applied() {
+    let mut cancel = attempt(
+        2,
+        AttemptReason::Cancel,
+        pb::AttemptOutcome::Accepted,
+        true,
+        10,
+    );
+    cancel.tx_id = tx(2);
+    let op = evm_op(vec![accepted(1, 0), cancel]);
+    let action = decide(
+        &op,
+        &evm(vec![view("http://a:1", 102, Some(8), Some(&tx(2)))]),
+        at(11),
+        &rules(),
+    );
+    assert_eq!(settled(&action).state, OperationState::Cancelled);
+
+    let mut refused = attempt(
+        1,
+        AttemptReason::Initial,
+        pb::AttemptOutcome::Rejected,
+        false,
+        0,
+    );
+    refused.tx_id = tx(1);
+    let fill = attempt(
+        2,
+        AttemptReason::GapFill,
+        pb::AttemptOutcome::Accepted,
+        true,
+        1,
+    );
+    let mut op = evm_op(vec![refused, fill]);
+    op.error = Some(pb::OperationError {
+        reason: reasons::SEND_REJECTED.into(),
+        message: "insufficient funds".into(),
+    });
+    let action = decide(
+        &op,
+        &evm(vec![view("http://a:1", 102, Some(8), Some(&tx(2)))]),
+        at(11),
+        &rules(),
+    );
+    let s = settled(&action);
+    assert_eq!(s.state, OperationState::Rejected);
+    assert_eq!(s.error.as_ref().unwrap().reason, reasons::NEVER_APPLIED);
+    assert!(
+        s.error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("insufficient funds")
+    );
+}
+
+#[test]
+fn in_flight_the_same_bytes_go_out_again_when_due() {
+    let op = evm_op(vec![accepted(1, 0)]);
+    let free = evm(vec![view("http://a:1", 50, Some(7), None)]);
+    assert_eq!(
+        decide(&op, &free, at(0) + Duration::from_millis(100), &rules()),
+        Action::Wait(Why::Paced(at(0) + Duration::from_millis(500))),
+        "just sent: not read yet"
+    );
+    assert_eq!(
+        decide(&op, &Evidence::None, at(2), &rules()),
+        Action::ReadMore(Why::Unread)
+    );
+    assert_eq!(
+        decide(&op, &free, at(2), &rules()),
+        Action::Wait(Why::InFlight(at(6)))
+    );
+    assert_eq!(decide(&op, &free, at(6), &rules()), Action::Send(1));
+}
+
+#[test]
+fn a_refused_resend_is_not_followed_by_a_replacement() {
+    // Attempt 1 was accepted, then a resend of the same bytes was refused for its fees (the
+    // base fee rose): the bytes may still land, so neither a fee bump at once nor a gap fill.
+    let mut first = accepted(1, 0);
+    first.outcome = pb::AttemptOutcome::Rejected.into();
+    first.last_send_time = Some(at(6).into());
+    first.outcome_time = Some(at(6).into());
+    let op = evm_op(vec![first]);
+    let free = evm(vec![view("http://a:1", 50, Some(7), None)]);
+    assert_eq!(
+        decide(&op, &free, at(8), &rules()),
+        Action::Wait(Why::InFlight(at(12)))
+    );
+    assert_eq!(decide(&op, &free, at(12), &rules()), Action::Send(1));
+}
+
+#[test]
+fn a_refused_fee_bump_keeps_the_earlier_attempt_in_play() {
+    // The bump asked for more than the balance: the first attempt may still land.
+    let bump = attempt(
+        2,
+        AttemptReason::FeeBump,
+        pb::AttemptOutcome::Rejected,
+        false,
+        70,
+    );
+    let mut op = evm_op(vec![accepted(1, 0), bump]);
+    op.error = Some(pb::OperationError {
+        reason: reasons::SEND_REJECTED.into(),
+        message: "insufficient funds".into(),
+    });
+    let free = evm(vec![view("http://a:1", 50, Some(7), None)]);
+    assert_eq!(
+        decide(&op, &free, at(80), &rules()),
+        Action::Send(1),
+        "the first attempt again, not a gap fill that would displace it"
+    );
+    assert_eq!(
+        decide(&op, &free, at(1_000), &rules()),
+        Action::Send(1),
+        "nor another bump: higher fees cannot cure a refusal for the balance"
+    );
+}
+
+#[test]
+fn a_first_send_refused_for_its_fees_is_bumped_and_refused_throughout_is_gap_filled() {
+    let mut op = evm_op(vec![attempt(
+        1,
+        AttemptReason::Initial,
+        pb::AttemptOutcome::Rejected,
+        false,
+        0,
+    )]);
+    op.error = Some(pb::OperationError {
+        reason: reasons::UNDERPRICED.into(),
+        message: "max fee per gas less than block base fee".into(),
+    });
+    let free = evm(vec![view("http://a:1", 50, Some(7), None)]);
+    assert_eq!(
+        decide(&op, &free, at(1), &rules()),
+        Action::Replace(Replacement::FeeBump)
+    );
+    // Two bumps, each refused too: no more bumps; nothing may land, so the nonce is filled.
+    for n in 2..=3 {
+        op.attempts.push(attempt(
+            n,
+            AttemptReason::FeeBump,
+            pb::AttemptOutcome::Rejected,
+            false,
+            u64::from(n),
+        ));
+    }
+    assert_eq!(
+        decide(&op, &free, at(5), &rules()),
+        Action::Replace(Replacement::GapFill)
+    );
+    op.error.as_mut().unwrap().reason = reasons::SEND_REJECTED.into();
+    op.attempts.truncate(1);
+    assert_eq!(
+        decide(&op, &free, at(5), &rules()),
+        Action::Replace(Replacement::GapFill),
+        "refused for anything but fees: filled at once"
+    );
+}
+
+#[test]
+fn fee_bumps_only_where_they_can_help_and_no_more_than_allowed() {
+    let op = evm_op(vec![accepted(1, 0)]);
+    let next_in_line = evm(vec![view("http://a:1", 50, Some(7), None)]);
+    let behind_a_gap = evm(vec![view("http://a:1", 50, Some(5), None)]);
+    assert_eq!(
+        decide(&op, &next_in_line, at(59), &rules()),
+        Action::Send(1)
+    );
+    assert_eq!(
+        decide(&op, &next_in_line, at(60), &rules()),
+        Action::Replace(Replacement::FeeBump)
+    );
+    assert_eq!(
+        decide(&op, &behind_a_gap, at(60), &rules()),
+        Action::Send(1),
+        "nonces 5 and 6 are not in yet: a bump of 7 cannot help"
+    );
+    let mut unsent = op.clone();
+    unsent.attempts[0].send_time = None;
+    unsent.attempts[0].last_send_time = None;
+    unsent.attempts[0].outcome_time = None;
+    assert_eq!(
+        decide(&unsent, &next_in_line, at(600), &rules()),
+        Action::Send(1),
+        "no send time: it never waited; send it, do not bump it"
+    );
+    let capped = evm_op(vec![accepted(1, 0), accepted(2, 61), accepted(3, 122)]);
+    assert_eq!(
+        decide(&capped, &next_in_line, at(1_000), &rules()),
+        Action::Send(3),
+        "two bumps made, two allowed"
+    );
+    let off = Rules {
+        fee_bump_after: None,
+        ..rules()
+    };
+    assert_eq!(decide(&op, &next_in_line, at(600), &off), Action::Send(1));
+}
+
+#[test]
+fn a_cancel_replaces_once() {
+    let mut op = evm_op(vec![accepted(1, 0)]);
+    op.cancel_requested = true;
+    let free = evm(vec![view("http://a:1", 50, Some(7), None)]);
+    assert_eq!(
+        decide(&op, &free, at(2), &rules()),
+        Action::Replace(Replacement::Cancel)
+    );
+    op.attempts.push(attempt(
+        2,
+        AttemptReason::Cancel,
+        pb::AttemptOutcome::Accepted,
+        true,
+        2,
+    ));
+    assert_eq!(
+        decide(&op, &free, at(3), &rules()),
+        Action::Wait(Why::InFlight(at(8)))
+    );
+}
+
+#[test]
+fn before_and_after_flight() {
+    let mut op = evm_op(vec![pb::Attempt {
+        number: 1,
+        tx_id: tx(1),
+        ..Default::default()
+    }]);
+    op.state = pb::OperationState::Received.into();
+    assert_eq!(decide(&op, &Evidence::None, at(0), &rules()), Action::Sign);
+    op.state = pb::OperationState::Signed.into();
+    assert_eq!(
+        decide(&op, &Evidence::None, at(0), &rules()),
+        Action::Send(1)
+    );
+    op.cancel_requested = true;
+    assert_eq!(
+        decide(&op, &Evidence::None, at(0), &rules()),
+        Action::Replace(Replacement::Cancel),
+        "a signed EVM nonce must still be used"
+    );
+    for terminal in [
+        pb::OperationState::Confirmed,
+        pb::OperationState::Rejected,
+        pb::OperationState::Cancelled,
+    ] {
+        op.state = terminal.into();
+        assert_eq!(
+            decide(&op, &Evidence::None, at(0), &rules()),
+            Action::Wait(Why::Terminal)
+        );
+    }
+}
+
+// Solana.
+
+fn solana_op(nonce_account: &str, attempts: usize) -> pb::Operation {
+    pb::Operation {
+        op_id: "sol".into(),
+        state: pb::OperationState::Sent.into(),
+        chain: "solana:localnet".into(),
+        account: "Payer111".into(),
+        signing: Some(pb::operation::Signing::Solana(pb::SolanaSigning {
+            blockhash: "Hash1".into(),
+            last_valid_block_height: 200,
+            nonce_account: nonce_account.into(),
+            signing_slot: 50,
+        })),
+        attempts: (1..=attempts as u32)
+            .map(|n| pb::Attempt {
+                tx_id: format!("Sig{n}"),
+                ..accepted(n, 0)
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn solana_view(height: u64, statuses: Vec<Option<SignatureStatus>>) -> SolanaView {
+    SolanaView {
+        endpoint: "http://sol:1".into(),
+        commitment: Commitment::Finalized,
+        block_height: Some(height),
+        first_available_slot: Some(0),
+        nonce_value: None,
+        statuses: Some(statuses),
+    }
+}
+
+fn status(confirmation: Commitment, err: Option<&str>) -> Option<SignatureStatus> {
+    Some(SignatureStatus {
+        slot: 77,
+        err: err.map(str::to_owned),
+        confirmation,
+    })
+}
+
+#[test]
+fn solana_settles_at_the_configured_commitment() {
+    let op = solana_op("", 1);
+    let processed = Evidence::Solana(vec![solana_view(
+        100,
+        vec![status(Commitment::Processed, None)],
+    )]);
+    assert_eq!(
+        decide(&op, &processed, at(10), &rules()),
+        Action::Wait(Why::Confirming)
+    );
+    let failed = Evidence::Solana(vec![solana_view(
+        100,
+        vec![status(Commitment::Confirmed, Some("InsufficientFunds"))],
+    )]);
+    let action = decide(&op, &failed, at(10), &rules());
+    let s = settled(&action);
+    assert_eq!(s.state, OperationState::Confirmed);
+    assert_eq!(s.error.as_ref().unwrap().reason, reasons::EXECUTION_FAILED);
+    assert_eq!(
+        s.result.as_ref().unwrap().execution_status(),
+        pb::ExecutionStatus::Failed
+    );
+}
+
+#[test]
+fn solana_never_landed_needs_finality_history_and_every_status() {
+    let op = solana_op("", 2);
+    let expired = || solana_view(201, vec![None, None]);
+    let Action::Resign(proof) = decide(&op, &Evidence::Solana(vec![expired()]), at(10), &rules())
+    else {
+        panic!("a complete finalized view past the last valid height proves expiry")
+    };
+    assert_eq!(
+        (
+            proof.head,
+            proof.last_valid_block_height,
+            proof.signing_slot
+        ),
+        (201, 200, 50)
+    );
+
+    let mut pruned = expired();
+    pruned.first_available_slot = Some(51);
+    assert_eq!(
+        decide(&op, &Evidence::Solana(vec![pruned]), at(10), &rules()),
+        Action::ReadMore(Why::HistoryTooShort)
+    );
+    let mut short_answer = expired();
+    short_answer.statuses = Some(vec![None]);
+    assert_eq!(
+        decide(&op, &Evidence::Solana(vec![short_answer]), at(10), &rules()),
+        Action::ReadMore(Why::Unreadable),
+        "one status for two signatures proves nothing"
+    );
+    let mut unfinal = expired();
+    unfinal.commitment = Commitment::Confirmed;
+    assert_eq!(
+        decide(&op, &Evidence::Solana(vec![unfinal]), at(10), &rules()),
+        Action::ReadMore(Why::Unreadable)
+    );
+    let mut no_history = expired();
+    no_history.first_available_slot = None;
+    assert!(matches!(
+        decide(&op, &Evidence::Solana(vec![no_history]), at(10), &rules()),
+        Action::ReadMore(_)
+    ));
+}
+
+#[test]
+fn a_cancelled_blockhash_operation_is_not_sent_again_and_cancels_at_expiry() {
+    let mut op = solana_op("", 1);
+    op.cancel_requested = true;
+    let valid = Evidence::Solana(vec![solana_view(150, vec![None])]);
+    assert_eq!(
+        decide(&op, &valid, at(100), &rules()),
+        Action::Wait(Why::CancelPendingExpiry)
+    );
+    let expired = Evidence::Solana(vec![solana_view(201, vec![None])]);
+    let action = decide(&op, &expired, at(100), &rules());
+    let s = settled(&action);
+    assert_eq!(s.state, OperationState::Cancelled);
+    assert_eq!(
+        s.error.as_ref().unwrap().reason,
+        reasons::CANCELLED_BEFORE_LANDING
+    );
+    op.state = pb::OperationState::Signed.into();
+    assert_eq!(
+        settled(&decide(&op, &Evidence::None, at(0), &rules())).state,
+        OperationState::Cancelled,
+        "never sent: cancelled at once"
+    );
+}
+
+#[test]
+fn durable_nonce_operations_live_while_the_nonce_holds() {
+    let mut op = solana_op("NonceAcct", 1);
+    let with_nonce = |value: &str| {
+        let mut v = solana_view(1_000, vec![None]);
+        v.nonce_value = Some(Some(value.into()));
+        Evidence::Solana(vec![v])
+    };
+    assert_eq!(
+        decide(&op, &with_nonce("Hash1"), at(10), &rules()),
+        Action::Send(1)
+    );
+    assert!(matches!(
+        decide(&op, &with_nonce("Hash2"), at(10), &rules()),
+        Action::Resign(e) if e.nonce_value == "Hash2"
+    ));
+    op.cancel_requested = true;
+    assert_eq!(
+        decide(&op, &with_nonce("Hash1"), at(10), &rules()),
+        Action::Replace(Replacement::Cancel)
+    );
+    let mut missing = solana_view(1_000, vec![None]);
+    missing.nonce_value = Some(None);
+    assert_eq!(
+        decide(&op, &Evidence::Solana(vec![missing]), at(10), &rules()),
+        Action::ReadMore(Why::Unreadable)
+    );
+    op.attempts.push(pb::Attempt {
+        tx_id: "Sig2".into(),
+        reason: "cancel".into(),
+        ..accepted(2, 1)
+    });
+    let landed = Evidence::Solana(vec![solana_view(
+        1_000,
+        vec![None, status(Commitment::Finalized, None)],
+    )]);
+    let action = decide(&op, &landed, at(10), &rules());
+    assert_eq!(settled(&action).state, OperationState::Cancelled);
+    assert_eq!(
+        settled(&action).error.as_ref().unwrap().reason,
+        reasons::CANCELLED_ON_CHAIN
+    );
+}
+
+/// Every view in which something is unread, null or pruned.
+fn partial_evm_views() -> Vec<EvmView> {
+    let mut views = Vec::new();
+    for nonce in [None, Some(6), Some(7), Some(8), Some(9)] {
+        for head_number in [0, 99, 100, 102, 1_000] {
+            views.push(view("http://a:1", head_number, nonce, None));
+            let mut not_canonical = view("http://a:1", head_number, nonce, Some(&tx(99)));
+            not_canonical.landed.as_mut().unwrap().canonical_hash = None;
+            views.push(not_canonical);
+        }
+    }
+    views
+}
+
+#[test]
+fn nothing_unread_null_or_pruned_ever_settles() {
+    let ops = [
+        evm_op(vec![accepted(1, 0)]),
+        evm_op(vec![accepted(1, 0), accepted(2, 10)]),
+        {
+            let mut op = evm_op(vec![accepted(1, 0)]);
+            op.cancel_requested = true;
+            op
+        },
+    ];
+    let views = partial_evm_views();
+    for op in &ops {
+        for a in &views {
+            for b in &views {
+                let evidence = evm(vec![a.clone(), b.clone()]);
+                for now in [at(1), at(100), at(100_000)] {
+                    let action = decide(op, &evidence, now, &rules());
+                    assert!(
+                        !matches!(action, Action::Settle(_) | Action::Resign(_)),
+                        "{action:?} from {evidence:?}"
+                    );
+                }
+            }
+        }
+    }
+    // Solana: every combination of missing fields.
+    for nonce_account in ["", "NonceAcct"] {
+        let op = solana_op(nonce_account, 2);
+        for height in [None, Some(150), Some(201)] {
+            for first in [None, Some(0), Some(51)] {
+                for nonce in [None, Some(None), Some(Some("Hash2".to_owned()))] {
+                    for statuses in [None, Some(vec![None]), Some(vec![None, None])] {
+                        // A blockhash's expiry rests on the height, a nonce's on its value.
+                        let lifetime_read = if nonce_account.is_empty() {
+                            height.is_some()
+                        } else {
+                            matches!(nonce, Some(Some(_)))
+                        };
+                        let complete = lifetime_read
+                            && first == Some(0)
+                            && statuses.as_ref().is_some_and(|s| s.len() == 2);
+                        let view = SolanaView {
+                            endpoint: "http://sol:1".into(),
+                            commitment: Commitment::Finalized,
+                            block_height: height,
+                            first_available_slot: first,
+                            nonce_value: nonce.clone(),
+                            statuses,
+                        };
+                        let action = decide(&op, &Evidence::Solana(vec![view]), at(50), &rules());
+                        if !complete {
+                            assert!(
+                                !matches!(action, Action::Settle(_) | Action::Resign(_)),
+                                "{action:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

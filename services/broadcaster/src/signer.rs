@@ -1,0 +1,156 @@
+//! The broadcaster's side of the signer API. The signer signs recorded operations by op_id
+//! only; the broadcaster asks for a first signature, a replacement or a re-sign, and learns the
+//! attempt under which the signer stored the payload.
+
+use crate::config::SignerTlsConfig;
+use sigcast_proto::sigcast::signer::v1::signer_service_client::SignerServiceClient;
+use sigcast_proto::sigcast::signer::v1::{SignOperationRequest, SignPurpose};
+use std::time::Duration;
+use tonic::transport::Channel;
+use tonic_types::StatusExt;
+
+/// Why the signer did not sign.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// It refused the operation itself (no key for its account, or the key's policy): it will
+    /// never sign it, so it was never applied.
+    Operation(String),
+    /// The operation waits for a durable-nonce account of its key: not a failure.
+    WaitingForNonceAccount,
+    /// Anything else (unreachable, busy, a refusal of the caller): tried again later.
+    Failed(tonic::Status),
+}
+
+/// A client of the signer.
+#[derive(Clone)]
+pub(crate) struct SignerClient {
+    client: SignerServiceClient<Channel>,
+}
+
+impl SignerClient {
+    /// A lazy client of the signer at `url`: `unix:/path/to.sock` (the signer checks our uid),
+    /// `https://` with our client certificate (mutual TLS), or `http://` (development).
+    pub(crate) fn new(url: &str, tls: Option<&SignerTlsConfig>) -> anyhow::Result<Self> {
+        let timeout = Duration::from_secs(30);
+        let channel = if let Some(path) = url.strip_prefix("unix:") {
+            sigcast_proto::unix_channel_lazy(path, timeout)
+        } else {
+            let mut endpoint =
+                tonic::transport::Endpoint::from_shared(url.to_owned())?.timeout(timeout);
+            if let Some(tls) = tls {
+                let read = |path: &std::path::Path| {
+                    std::fs::read(path)
+                        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))
+                };
+                let mut config = tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(read(&tls.ca)?))
+                    .identity(tonic::transport::Identity::from_pem(
+                        read(&tls.cert)?,
+                        read(&tls.key)?,
+                    ));
+                if let Some(domain) = &tls.domain {
+                    config = config.domain_name(domain.clone());
+                }
+                endpoint = endpoint.tls_config(config)?;
+            }
+            endpoint.connect_lazy()
+        };
+        Ok(Self {
+            client: SignerServiceClient::new(channel),
+        })
+    }
+
+    /// Asks for a signature of `purpose`; for anything but the first, `replaces_attempt` is the
+    /// newest attempt we saw, so a retried request never signs twice. Returns the newest
+    /// attempt afterwards (the one signed, or the one already there).
+    pub(crate) async fn sign(
+        &self,
+        op_id: &str,
+        purpose: SignPurpose,
+        replaces_attempt: u32,
+    ) -> Result<u32, Refusal> {
+        let request = SignOperationRequest {
+            op_id: op_id.to_owned(),
+            purpose: purpose.into(),
+            replaces_attempt,
+        };
+        match self.client.clone().sign_operation(traced(request)).await {
+            Ok(response) => Ok(response.into_inner().attempt),
+            Err(status) => Err(classify(status)),
+        }
+    }
+}
+
+fn classify(status: tonic::Status) -> Refusal {
+    let reason = status
+        .get_details_error_info()
+        .filter(|info| info.domain == "sigcast-signer")
+        .map(|info| info.reason);
+    match (status.code(), reason.as_deref()) {
+        (tonic::Code::PermissionDenied, Some("NO_KEY" | "POLICY_DENIED")) => {
+            Refusal::Operation(status.message().to_owned())
+        }
+        (tonic::Code::ResourceExhausted, Some("NONCE_ACCOUNTS_BUSY")) => {
+            Refusal::WaitingForNonceAccount
+        }
+        _ => Refusal::Failed(status),
+    }
+}
+
+/// A signer request carrying the current span as W3C `traceparent`, so the signer's span
+/// hangs under ours.
+fn traced<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(value) = sigcast_telemetry::trace::traceparent(&tracing::Span::current())
+        .and_then(|v| tonic::metadata::MetadataValue::try_from(v).ok())
+    {
+        request.metadata_mut().insert("traceparent", value);
+    }
+    request
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use tonic_types::ErrorDetails;
+
+    #[test]
+    fn only_a_refusal_of_the_operation_rejects_it() {
+        let refusal = |code, reason: &str| {
+            let details = ErrorDetails::with_error_info(reason, "sigcast-signer", HashMap::new());
+            tonic::Status::with_error_details(code, "refused", details)
+        };
+        let denied = tonic::Code::PermissionDenied;
+        assert!(matches!(
+            classify(refusal(denied, "POLICY_DENIED")),
+            Refusal::Operation(_)
+        ));
+        assert!(matches!(
+            classify(refusal(denied, "NO_KEY")),
+            Refusal::Operation(_)
+        ));
+        // The signer refusing *us* (an unlisted certificate) must never reject work.
+        assert!(matches!(
+            classify(tonic::Status::permission_denied(
+                "client certificate not allowed"
+            )),
+            Refusal::Failed(_)
+        ));
+        assert!(matches!(
+            classify(refusal(denied, "SOMETHING_ELSE")),
+            Refusal::Failed(_)
+        ));
+        assert!(matches!(
+            classify(refusal(
+                tonic::Code::ResourceExhausted,
+                "NONCE_ACCOUNTS_BUSY"
+            )),
+            Refusal::WaitingForNonceAccount
+        ));
+        assert!(matches!(
+            classify(tonic::Status::unavailable("down")),
+            Refusal::Failed(_)
+        ));
+    }
+}

@@ -54,6 +54,10 @@ enum Command {
         /// JSON-RPC endpoint of the operation's chain (repeat for several).
         #[arg(long = "rpc", required = true)]
         rpc_urls: Vec<String>,
+        /// Blocks a transaction must be under before it settles anything (EVM), as the
+        /// broadcaster's `confirmations`.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+        confirmations: u64,
     },
     /// The keys the signer holds (public data only).
     Keys {
@@ -194,10 +198,14 @@ async fn run(gateway: &str, json: bool, command: Command) -> Result<()> {
             let mut client = client::Gateway::connect(gateway).await?;
             out.audit(&client.audit(&op_id).await?)
         }
-        Command::Reconcile { op_id, rpc_urls } => {
+        Command::Reconcile {
+            op_id,
+            rpc_urls,
+            confirmations,
+        } => {
             let mut client = client::Gateway::connect(gateway).await?;
             let op = client.get(&op_id).await?;
-            let report = reconcile::reconcile(&op, &rpc_urls).await?;
+            let report = reconcile::reconcile(&op, &rpc_urls, confirmations).await?;
             out.reconcile(&op, &report)
         }
         Command::Keys {

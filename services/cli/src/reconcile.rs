@@ -1,24 +1,31 @@
 //! `sigcast reconcile`: what the chain says of an operation, read directly from the given
-//! endpoints and set beside what the store says. It writes nothing: settling the operation
-//! stays the broadcaster's job, which it does from the same evidence on its next pass.
+//! endpoints (each one's own view), judged by the same decision function the broadcaster
+//! runs, and set beside what the store says. It writes nothing: settling the operation stays
+//! the broadcaster's job, which it does from the same evidence on its next pass.
 
 use anyhow::{Context, Result, bail};
+use sigcast_domain::{Chain, OperationState};
 use sigcast_evm::{Address, B256, EvmRpc};
-use sigcast_proto::pb;
+use sigcast_proto::{pb, state_from_proto};
+use sigcast_protocol::{Action, Evidence, EvmView, Rules, SolanaView, judge};
 use sigcast_solana::SolanaRpc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// The chain's view of an operation.
 pub(crate) struct Report {
-    /// Chain facts read (nonce, block height, nonce account value…).
+    /// Chain facts read, per endpoint.
     pub(crate) facts: Vec<(String, String)>,
     /// Each attempt's transaction and what the chain knows of it.
     pub(crate) attempts: Vec<(String, String)>,
-    /// What the evidence means for the operation.
+    /// What the evidence means for the operation, beside what the store says.
     pub(crate) verdict: String,
 }
 
-pub(crate) async fn reconcile(op: &pb::Operation, urls: &[String]) -> Result<Report> {
+pub(crate) async fn reconcile(
+    op: &pb::Operation,
+    urls: &[String],
+    confirmations: u64,
+) -> Result<Report> {
     let timeout = Duration::from_secs(10);
     if op.attempts.is_empty() {
         return Ok(Report {
@@ -30,163 +37,250 @@ pub(crate) async fn reconcile(op: &pb::Operation, urls: &[String]) -> Result<Rep
             ),
         });
     }
-    if op.chain.starts_with("eip155:") {
-        evm(op, &EvmRpc::new(urls, timeout)?).await
-    } else if op.chain.starts_with("solana:") {
-        solana(op, &SolanaRpc::new(urls, timeout)?).await
-    } else {
-        bail!("chain {} is neither eip155 nor solana", op.chain)
-    }
+    let rules = Rules {
+        confirmations,
+        ..Rules::default()
+    };
+    let (evidence, facts, attempts) = match Chain::parse(&op.chain) {
+        Ok(Chain::Evm { .. }) => evm(op, &EvmRpc::new(urls, timeout)?).await?,
+        Ok(Chain::Solana { .. }) => solana(op, &SolanaRpc::new(urls, timeout)?).await?,
+        Err(rule) => bail!("chain {}: {rule}", op.chain),
+    };
+    let verdict = verdict(op, &judge(op, &evidence, SystemTime::now(), &rules));
+    Ok(Report {
+        facts,
+        attempts,
+        verdict,
+    })
 }
 
 fn state(op: &pb::Operation) -> &'static str {
     crate::output::state(op)
 }
 
-async fn evm(op: &pb::Operation, rpc: &EvmRpc) -> Result<Report> {
-    let account: Address = op.account.parse().context("the operation's account")?;
-    let chain_nonce = rpc.nonce(account).await?;
-    let mut facts = vec![("account nonce".to_owned(), chain_nonce.to_string())];
-    let nonce = match &op.signing {
-        Some(pb::operation::Signing::Evm(evm)) => evm.nonce,
-        _ => bail!("an EVM operation without its nonce"),
-    };
-    facts.push(("operation nonce".into(), nonce.to_string()));
-    let mut attempts = Vec::new();
-    let mut included = None;
-    for attempt in &op.attempts {
-        let hash: B256 = attempt.tx_id.parse().context("an attempt's hash")?;
-        let seen = match rpc.receipt(hash).await? {
-            Some(r) => {
-                included = Some((attempt.clone(), r.block_number, r.success));
-                format!(
-                    "included in block {} ({})",
-                    r.block_number,
-                    if r.success { "success" } else { "reverted" }
-                )
-            }
-            None => "no receipt".into(),
-        };
-        attempts.push((attempt.tx_id.clone(), seen));
-    }
-    let verdict = match (included, state(op)) {
-        (Some((a, block, _)), "CONFIRMED")
-            if op.result.as_ref().is_some_and(|r| r.tx_id == a.tx_id) =>
-        {
-            format!("agrees: attempt {} confirmed in block {block}", a.number)
-        }
-        (Some((a, block, _)), "CANCELLED") if a.reason == "cancel" => {
-            format!(
-                "agrees: the cancel (attempt {}) took the nonce in block {block}",
-                a.number
-            )
-        }
-        (Some((a, block, _)), s) => format!(
-            "attempt {} is included in block {block} while the store says {s}: the broadcaster settles it on its next pass (if it does not, it cannot read this endpoint)",
-            a.number
-        ),
-        (None, s @ ("SENT" | "SIGNED")) if chain_nonce > nonce => format!(
-            "{s}: nonce {nonce} is consumed and no attempt has a receipt here: the broadcaster will prove it REJECTED (or wait for a reorg to settle)"
-        ),
-        (None, s @ ("SENT" | "SIGNED")) => {
-            format!(
-                "{s}: in flight, nonce {nonce} not yet used on chain; the same bytes are resent until it is"
-            )
-        }
-        (None, "REJECTED") if chain_nonce > nonce => {
-            "agrees: the nonce is used by another transaction, none of this operation's landed"
-                .into()
-        }
-        (None, s) => format!("{s}, and no attempt is on chain here"),
-    };
-    Ok(Report {
-        facts,
-        attempts,
-        verdict,
-    })
-}
+type Read = (Evidence, Vec<(String, String)>, Vec<(String, String)>);
 
-async fn solana(op: &pb::Operation, rpc: &SolanaRpc) -> Result<Report> {
-    let signatures: Vec<String> = op.attempts.iter().map(|a| a.tx_id.clone()).collect();
-    let statuses = rpc.statuses(&signatures).await?;
-    let height = rpc.block_height().await?;
-    let mut facts = vec![("block height".to_owned(), height.to_string())];
-    let mut expired = false;
-    let mut nonce_moved = false;
-    match &op.signing {
-        Some(pb::operation::Signing::Solana(s)) if !s.nonce_account.is_empty() => {
-            let account: [u8; 32] = bs58_decode(&s.nonce_account)?;
-            let now = rpc
-                .nonce(&account)
-                .await?
-                .map(|n| sigcast_solana_b58(&n.value));
-            facts.push(("nonce account".into(), s.nonce_account.clone()));
-            facts.push((
-                "nonce value now".into(),
-                now.clone()
-                    .unwrap_or_else(|| "(not a nonce account)".into()),
-            ));
-            facts.push(("nonce value signed".into(), s.blockhash.clone()));
-            nonce_moved = now.is_some_and(|v| v != s.blockhash);
+async fn evm(op: &pb::Operation, rpc: &EvmRpc) -> Result<Read> {
+    let account: Address = op.account.parse().context("the operation's account")?;
+    let nonce =
+        sigcast_protocol::evm::nonce_of(op).context("an EVM operation without its nonce")?;
+    let hashes: Vec<B256> = op
+        .attempts
+        .iter()
+        .map(|a| a.tx_id.parse().context("an attempt's hash"))
+        .collect::<Result<_>>()?;
+    let mut facts = vec![("operation nonce".to_owned(), nonce.to_string())];
+    let mut views: Vec<EvmView> = Vec::new();
+    for endpoint in rpc.ranked_endpoints() {
+        match sigcast_evm::evidence::read_view(&endpoint, account, nonce, &hashes).await {
+            Ok(view) => views.push(view),
+            Err(error) => facts.push(("unreadable".into(), error.to_string())),
         }
-        Some(pb::operation::Signing::Solana(s)) => {
-            facts.push((
-                "last valid height".into(),
-                s.last_valid_block_height.to_string(),
-            ));
-            expired = height > s.last_valid_block_height;
-        }
-        _ => bail!("a Solana operation without its signing data"),
     }
-    let mut landed = None;
+    for view in &views {
+        let e = &view.endpoint;
+        facts.push((
+            format!("{e} head"),
+            format!("{} ({})", view.head.number, view.head.hash),
+        ));
+        facts.push((
+            format!("{e} account nonce"),
+            view.account_nonce
+                .map_or("unreadable".into(), |n| n.to_string()),
+        ));
+        if let Some(landed) = &view.landed {
+            let canonical = landed.canonical_hash.as_deref() == Some(landed.block.hash.as_str());
+            facts.push((
+                format!("{e} nonce used by"),
+                format!(
+                    "{} in block {} ({}), {} deep{}",
+                    landed.tx,
+                    landed.block.number,
+                    landed.block.hash,
+                    (view.head.number + 1).saturating_sub(landed.block.number),
+                    if canonical {
+                        ""
+                    } else {
+                        ", NOT on its canonical chain"
+                    }
+                ),
+            ));
+        }
+    }
     let attempts = op
         .attempts
         .iter()
-        .zip(&statuses)
-        .map(|(a, status)| {
-            let seen = match status {
-                Some(s) => {
-                    landed.get_or_insert((a.number, s.slot));
-                    format!(
-                        "landed in slot {} ({}{})",
-                        s.slot,
-                        s.confirmation,
-                        s.err
-                            .as_ref()
-                            .map_or(String::new(), |e| format!(", failed: {e}"))
-                    )
-                }
-                None => "unknown to this endpoint".into(),
-            };
-            (a.tx_id.clone(), seen)
+        .map(|attempt| {
+            let seen = views
+                .iter()
+                .find_map(|v| {
+                    v.landed
+                        .as_ref()
+                        .filter(|l| l.tx.eq_ignore_ascii_case(&attempt.tx_id))
+                        .map(|l| {
+                            format!(
+                                "included in block {} ({}) on {}",
+                                l.block.number,
+                                match l.success {
+                                    Some(true) => "success",
+                                    Some(false) => "reverted",
+                                    None => "receipt not readable",
+                                },
+                                v.endpoint
+                            )
+                        })
+                })
+                .unwrap_or_else(|| "not seen at the nonce".into());
+            (attempt.tx_id.clone(), seen)
         })
         .collect();
-    let s = state(op);
-    let verdict = match landed {
-        Some((n, slot)) if matches!(s, "CONFIRMED" | "CANCELLED") => {
-            format!("agrees: attempt {n} landed in slot {slot}")
-        }
-        Some((n, slot)) => format!(
-            "attempt {n} landed in slot {slot} while the store says {s}: the broadcaster settles it at the configured commitment"
-        ),
-        None if expired || nonce_moved => format!(
-            "{s}: no attempt landed and none can any more: the broadcaster re-signs (or cancels) once one endpoint proves it"
-        ),
-        None => format!("{s}: in flight; the same bytes are resent while they can land"),
+    Ok((Evidence::Evm(views), facts, attempts))
+}
+
+async fn solana(op: &pb::Operation, rpc: &SolanaRpc) -> Result<Read> {
+    let signing = sigcast_protocol::solana::signing_of(op)
+        .context("a Solana operation without its signing data")?;
+    let signatures: Vec<String> = op.attempts.iter().map(|a| a.tx_id.clone()).collect();
+    let nonce_account = if sigcast_protocol::solana::uses_durable_nonce(signing) {
+        Some(
+            *sigcast_domain::SolanaPubkey::parse(&signing.nonce_account)
+                .map_err(anyhow::Error::msg)?
+                .as_bytes(),
+        )
+    } else {
+        None
     };
-    Ok(Report {
-        facts,
-        attempts,
-        verdict,
-    })
+    let mut facts = vec![
+        ("signing slot".to_owned(), signing.signing_slot.to_string()),
+        if nonce_account.is_some() {
+            (
+                "nonce value signed".to_owned(),
+                format!("{} (account {})", signing.blockhash, signing.nonce_account),
+            )
+        } else {
+            (
+                "last valid height".to_owned(),
+                signing.last_valid_block_height.to_string(),
+            )
+        },
+    ];
+    let mut views: Vec<SolanaView> = Vec::new();
+    for endpoint in rpc.ranked_endpoints() {
+        let view =
+            sigcast_solana::evidence::read_view(&endpoint, &signatures, nonce_account.as_ref())
+                .await;
+        let e = &view.endpoint;
+        let shown = |v: Option<u64>| v.map_or("unreadable".to_owned(), |v| v.to_string());
+        facts.push((
+            format!("{e} {} block height", view.commitment),
+            shown(view.block_height),
+        ));
+        facts.push((
+            format!("{e} history from slot"),
+            shown(view.first_available_slot),
+        ));
+        if nonce_account.is_some() {
+            facts.push((
+                format!("{e} nonce value now"),
+                match &view.nonce_value {
+                    Some(Some(value)) => value.clone(),
+                    Some(None) => "(not a nonce account)".into(),
+                    None => "unreadable".into(),
+                },
+            ));
+        }
+        views.push(view);
+    }
+    let attempts = op
+        .attempts
+        .iter()
+        .enumerate()
+        .map(|(i, attempt)| {
+            let seen = views
+                .iter()
+                .find_map(|v| {
+                    v.statuses
+                        .as_ref()
+                        .and_then(|s| s.get(i).cloned().flatten())
+                        .map(|s| {
+                            format!(
+                                "landed in slot {} ({}{}) on {}",
+                                s.slot,
+                                s.confirmation,
+                                s.err
+                                    .as_ref()
+                                    .map_or(String::new(), |e| format!(", failed: {e}")),
+                                v.endpoint
+                            )
+                        })
+                })
+                .unwrap_or_else(|| "unknown to every endpoint read".into());
+            (attempt.tx_id.clone(), seen)
+        })
+        .collect();
+    Ok((Evidence::Solana(views), facts, attempts))
 }
 
-fn bs58_decode(text: &str) -> Result<[u8; 32]> {
-    sigcast_domain::SolanaPubkey::parse(text)
-        .map(|k| *k.as_bytes())
-        .map_err(anyhow::Error::msg)
-}
-
-fn sigcast_solana_b58(bytes: &[u8; 32]) -> String {
-    sigcast_domain::SolanaPubkey::from(*bytes).to_string()
+/// What the chain's judgement means beside the stored state.
+fn verdict(op: &pb::Operation, action: &Action) -> String {
+    let stored = state_from_proto(op.state());
+    let s = state(op);
+    match action {
+        Action::Settle(settlement) => {
+            let evidence = settlement.evidence.as_ref();
+            let what = match (&settlement.result, evidence) {
+                (Some(result), _) => {
+                    let n = op
+                        .attempts
+                        .iter()
+                        .find(|a| a.tx_id.eq_ignore_ascii_case(&result.tx_id))
+                        .map_or(0, |a| a.number);
+                    format!(
+                        "attempt {n} {} in block {} ({})",
+                        match settlement.state {
+                            OperationState::Cancelled => "cancelled it",
+                            OperationState::Rejected => "took the nonce instead",
+                            _ => "confirmed",
+                        },
+                        result.block_number,
+                        result.block_hash
+                    )
+                }
+                (None, Some(e)) if !e.tx_id.is_empty() => format!(
+                    "transaction {} of another sender used the nonce in block {}",
+                    e.tx_id, e.block_number
+                ),
+                _ => settlement
+                    .error
+                    .as_ref()
+                    .map_or_else(String::new, |e| e.message.clone()),
+            };
+            let on = evidence.map_or(String::new(), |e| format!(", read on {}", e.endpoint));
+            if stored == Some(settlement.state) {
+                format!("agrees: {what}{on}")
+            } else if stored.is_some_and(OperationState::is_terminal) {
+                format!(
+                    "DISAGREES: the store says {s}, the chain shows {:?}: {what}{on}",
+                    settlement.state
+                )
+            } else {
+                format!(
+                    "{s}: the chain shows {:?} ({what}{on}); the broadcaster settles it on its next pass",
+                    settlement.state
+                )
+            }
+        }
+        Action::Resign(proof) => format!(
+            "{s}: no attempt can land (shown by {}): the broadcaster re-signs it, or cancels it if asked",
+            proof.endpoint
+        ),
+        Action::Wait(why) | Action::ReadMore(why) => format!("{s}: nothing settled: {why}"),
+        Action::Send(n) => {
+            format!("{s}: in flight; attempt {n}'s same bytes are sent again until it lands")
+        }
+        Action::Replace(replacement) => {
+            format!("{s}: in flight; the broadcaster signs a {replacement:?} at the same nonce")
+        }
+        Action::Sign => format!("{s}: not signed yet"),
+    }
 }

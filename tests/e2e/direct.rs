@@ -13,6 +13,17 @@ pub(crate) const DEV0_KEY: &str =
 
 /// Signs a transfer from dev account #0 at `nonce`.
 pub(crate) fn sign_transfer(to: &str, value: u64, nonce: u64) -> Vec<u8> {
+    sign_transfer_paying(to, value, nonce, 20_000_000_000, 1_000_000_000)
+}
+
+/// Signs a transfer from dev account #0 at `nonce` with the given EIP-1559 fees (wei per gas).
+pub(crate) fn sign_transfer_paying(
+    to: &str,
+    value: u64,
+    nonce: u64,
+    max_fee_per_gas: u128,
+    max_priority_fee_per_gas: u128,
+) -> Vec<u8> {
     let key: PrivateKeySigner = DEV0_KEY.parse().unwrap();
     let intent = Intent::EvmTransfer(EvmTransfer {
         chain_id: 31337,
@@ -24,8 +35,8 @@ pub(crate) fn sign_transfer(to: &str, value: u64, nonce: u64) -> Vec<u8> {
         nonce,
         gas_limit: 21_000,
         fees: Fees::Eip1559 {
-            max_fee_per_gas: 20_000_000_000,
-            max_priority_fee_per_gas: 1_000_000_000,
+            max_fee_per_gas,
+            max_priority_fee_per_gas,
         },
     };
     let unsigned = build_transaction(&intent, params).unwrap();

@@ -343,10 +343,13 @@ async fn a_nonce_consumed_by_an_outside_sender_rejects_with_evidence_and_later_o
         .await;
     let outside_hash = outside.result.expect("outside send accepted");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while node.receipt(outside_hash).await.unwrap().is_none() {
+    let outside_receipt = loop {
+        if let Some(receipt) = node.receipt(outside_hash).await.unwrap() {
+            break receipt;
+        }
         assert!(Instant::now() < deadline, "outside transaction not mined");
         tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    };
 
     stack.broadcasters[0].restart().await;
     client
@@ -363,8 +366,23 @@ async fn a_nonce_consumed_by_an_outside_sender_rejects_with_evidence_and_later_o
     assert_eq!(victim.state(), pb::OperationState::Rejected, "{victim:?}");
     let error = victim.error.as_ref().unwrap();
     assert_eq!(error.reason, "NONCE_CONSUMED_EXTERNALLY");
+    // The evidence is the foreign transaction itself, in its block: positive proof.
+    let evidence = victim.evidence.as_ref().expect("stored evidence");
+    assert_eq!(
+        (
+            evidence.tx_id.as_str(),
+            evidence.block_number,
+            evidence.block_hash.as_str()
+        ),
+        (
+            outside_hash.to_string().as_str(),
+            outside_receipt.block_number,
+            outside_receipt.block_hash.to_ascii_lowercase().as_str()
+        )
+    );
+    assert_ne!(evidence.tx_id, signed.tx_id, "none of the operation's own");
     assert!(
-        error.message.contains("nonce 1") && error.message.contains(&signed.tx_id),
+        error.message.contains(&outside_hash.to_string()) && error.message.contains("nonce 0"),
         "evidence: {}",
         error.message
     );

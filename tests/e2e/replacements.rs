@@ -391,3 +391,183 @@ async fn a_reorged_out_transaction_is_resent_byte_identical_and_confirms_once() 
         "paid exactly once"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_foreign_transaction_reorged_out_before_the_depth_never_rejects_the_operation() {
+    // Another sender's transaction takes the operation's nonce in one block, which a reorg then
+    // replaces with a block holding the operation's own transaction. REJECTED on the first
+    // block would have told the caller "never applied" for a payment that then landed.
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        confirmations: 3,
+        ..Default::default()
+    })
+    .await;
+    let node = node(&stack).await;
+    pause_mining(&node).await;
+    stack
+        .client()
+        .await
+        .submit_operation(transfer("contested", DEV[0], &recipient(0), 9_000))
+        .await
+        .unwrap();
+    let sent = wait_for(&stack, "contested", "sent", |op| accepted(op, "")).await;
+    // The outside transaction outbids ours in the pool and is mined alone.
+    let outside = node
+        .send_raw(&crate::direct::sign_transfer_paying(
+            "0x00000000000000000000000000000000000a11ce",
+            1,
+            0,
+            200_000_000_000,
+            50_000_000_000,
+        ))
+        .await
+        .result
+        .expect("the outside transaction replaces ours in the pool");
+    mine(&node).await;
+    let foreign = node.receipt(outside).await.unwrap().expect("outside mined");
+    assert_eq!(node.nonce(DEV[0].parse().unwrap()).await.unwrap(), 1);
+    // Several checks (every 100 ms, each at least 500 ms after the last send) see the nonce
+    // used by it, one block deep of three.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let op = get(&stack, "contested").await;
+    assert_eq!(
+        op.state(),
+        pb::OperationState::Sent,
+        "settled from a block one deep: {op:?}"
+    );
+
+    // The reorg: the outside block is replaced by one holding our own signed bytes.
+    let store = sigcast_store::Store::open(&sigcast_store::StoreConfig::sqlite(
+        stack.dir.path().join("sigcast.db"),
+    ))
+    .unwrap();
+    let root = store.root().clone();
+    let ours = store
+        .read(|tx| sigcast_store::accounts::payload(tx, &root, "contested", 1))
+        .unwrap()
+        .unwrap();
+    node.read(
+        "anvil_reorg",
+        serde_json::json!([1, [[format!("0x{}", hex::encode(&ours)), 0]]]),
+    )
+    .await
+    .unwrap();
+    assert!(
+        node.receipt(outside).await.unwrap().is_none(),
+        "the outside transaction was reorganised out"
+    );
+    node.read("evm_setIntervalMining", serde_json::json!([1]))
+        .await
+        .unwrap();
+    let done = wait_terminal(&stack, &["contested".into()], Duration::from_secs(60)).await;
+    let op = &done["contested"];
+    assert_eq!(
+        op.state(),
+        pb::OperationState::Confirmed,
+        "{op:?}\n{}",
+        stack.logs()
+    );
+    assert_eq!(op.result.as_ref().unwrap().tx_id, sent.attempts[0].tx_id);
+    assert_ne!(
+        op.result.as_ref().unwrap().block_hash,
+        foreign.block_hash,
+        "confirmed in the block that replaced the foreign one"
+    );
+    let to: Address = recipient(0).parse().unwrap();
+    assert_eq!(node.balance(to).await.unwrap(), U256::from(9_000u64));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_resend_of_bytes_the_node_took_brings_no_replacement() {
+    // The node took the operation's transaction; a later resend of the same bytes is answered
+    // with a refusal (the base fee rose, the endpoint is another). The bytes may still land:
+    // that refusal is no reason for a fee bump, let alone a gap fill.
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        faults: Some((0.0, 0)),
+        ..Default::default()
+    })
+    .await;
+    let node = node(&stack).await;
+    pause_mining(&node).await;
+    stack
+        .client()
+        .await
+        .submit_operation(transfer("refused-resend", DEV[0], &recipient(0), 5_000))
+        .await
+        .unwrap();
+    wait_for(&stack, "refused-resend", "accepted", |op| accepted(op, "")).await;
+    let proxy = stack.proxy.as_ref().unwrap();
+    proxy.set_refusing_sends(Some("max fee per gas less than block base fee"));
+    let sends = proxy.stats().sends;
+    // The broadcaster resends every 3 s; let two resends be refused.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while proxy.stats().sends < sends + 2 {
+        assert!(Instant::now() < deadline, "no resend: {}", stack.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let op = get(&stack, "refused-resend").await;
+    assert_eq!(
+        op.attempts.len(),
+        1,
+        "a replacement followed a refused resend: {op:?}"
+    );
+    proxy.set_refusing_sends(None);
+    mine(&node).await;
+    let done = wait_terminal(&stack, &["refused-resend".into()], Duration::from_secs(60)).await;
+    let op = &done["refused-resend"];
+    assert_eq!(op.state(), pb::OperationState::Confirmed, "{op:?}");
+    assert_eq!(op.result.as_ref().unwrap().tx_id, op.attempts[0].tx_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_fee_bump_leaves_the_first_attempt_to_land_without_a_gap_fill() {
+    // A fee bump the node refuses (it would exceed the balance) says nothing of the first
+    // attempt, which waits in the pool: a gap fill would displace it and reject an operation
+    // that was about to land.
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        faults: Some((0.0, 0)),
+        fee_bump_after_ms: 1_500,
+        ..Default::default()
+    })
+    .await;
+    let node = node(&stack).await;
+    pause_mining(&node).await;
+    stack
+        .client()
+        .await
+        .submit_operation(transfer("refused-bump", DEV[0], &recipient(0), 6_000))
+        .await
+        .unwrap();
+    wait_for(&stack, "refused-bump", "accepted", |op| accepted(op, "")).await;
+    let proxy = stack.proxy.as_ref().unwrap();
+    proxy.set_refusing_sends(Some("insufficient funds for gas * price + value"));
+    let bumped = wait_for(&stack, "refused-bump", "a refused fee bump", |op| {
+        op.attempts
+            .iter()
+            .any(|a| a.reason == "fee_bump" && a.outcome() == pb::AttemptOutcome::Rejected)
+    })
+    .await;
+    assert_eq!(bumped.attempts[0].outcome(), pb::AttemptOutcome::Accepted);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let op = get(&stack, "refused-bump").await;
+    assert!(
+        op.attempts
+            .iter()
+            .all(|a| a.reason != "gap_fill" && a.number <= 2),
+        "a gap fill or a further bump followed the refused bump: {op:?}"
+    );
+    proxy.set_refusing_sends(None);
+    node.read("evm_setIntervalMining", serde_json::json!([1]))
+        .await
+        .unwrap();
+    let done = wait_terminal(&stack, &["refused-bump".into()], Duration::from_secs(60)).await;
+    let op = &done["refused-bump"];
+    assert_eq!(op.state(), pb::OperationState::Confirmed, "{op:?}");
+    assert_eq!(op.result.as_ref().unwrap().tx_id, op.attempts[0].tx_id);
+    let to: Address = recipient(0).parse().unwrap();
+    assert_eq!(node.balance(to).await.unwrap(), U256::from(6_000u64));
+}

@@ -37,6 +37,9 @@ struct Chain {
     statuses: HashMap<Signature, (u64, Option<String>)>,
     /// Nonce accounts advanced in the current slot: a second advance waits for the next one.
     nonces_advanced: HashSet<Pubkey>,
+    /// The oldest slot this node's history reaches (`minimumLedgerSlot`,
+    /// `getFirstAvailableBlock`): a pruned node answers a later one.
+    first_available_slot: u64,
 }
 
 impl Chain {
@@ -85,6 +88,7 @@ impl SolanaNode {
             blockhashes: VecDeque::new(),
             statuses: HashMap::new(),
             nonces_advanced: HashSet::new(),
+            first_available_slot: 0,
         };
         chain.tick();
         let chain = Arc::new(Mutex::new(chain));
@@ -135,6 +139,12 @@ impl SolanaNode {
         let mut data = chain.svm.get_account(&key).expect("nonce account");
         data.data[40..72].copy_from_slice(&value);
         chain.svm.set_account(key, data).expect("set nonce account");
+    }
+
+    /// Forgets history before `slot`, as a node with limited retention does: it then answers
+    /// that its history starts there.
+    pub(crate) fn prune_history_before(&self, slot: u64) {
+        self.chain.lock().unwrap().first_available_slot = slot;
     }
 
     /// The current slot (= block height).
@@ -225,6 +235,7 @@ fn pubkey_param(params: &Value, index: usize) -> Result<Pubkey, (i64, String)> {
 fn handle(chain: &mut Chain, method: &str, params: &Value) -> RpcResult {
     match method {
         "getSlot" | "getBlockHeight" => Ok(json!(chain.slot)),
+        "minimumLedgerSlot" | "getFirstAvailableBlock" => Ok(json!(chain.first_available_slot)),
         "getLatestBlockhash" => {
             let (hash, last_valid) = *chain.blockhashes.back().expect("a blockhash");
             Ok(chain.context(

@@ -343,3 +343,105 @@ pub(crate) async fn wait_state(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancelled_blockhash_operation_is_not_sent_again_and_is_cancelled_once_expired() {
+    // 60 ms slots: a blockhash lives 9 s, the broadcaster resends every 3 s. Every send is
+    // lost on the way to the node, so the operation stays in flight until it is cancelled;
+    // its bytes left the store and can land until the blockhash expires, so after the cancel
+    // they must not be sent again.
+    let node = SolanaNode::start(Duration::from_millis(60)).await;
+    let proxy = sigcast_e2e::FaultProxy::start(node.addr, 0.0, 0, Duration::ZERO).await;
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        solana_rpc: Some(node.url.clone()),
+        solana_broadcaster_rpc: Some(proxy.url.clone()),
+        solana_accounts: 1,
+        ..Default::default()
+    })
+    .await;
+    let from = stack.solana_accounts[0].clone();
+    node.airdrop(key_bytes(&from), 10 * SOL);
+    proxy.set_losing_sends(true);
+    let mut client = stack.client().await;
+    client
+        .submit_operation(sol_transfer("cancelled", &from, &recipient(0), 1_234))
+        .await
+        .unwrap();
+    let sent = wait_state(&stack, "cancelled", |op| {
+        op.state() == pb::OperationState::Sent
+    })
+    .await;
+    let Some(pb::operation::Signing::Solana(signing)) = sent.signing.clone() else {
+        panic!("{sent:?}")
+    };
+    client
+        .cancel_operation(pb::CancelOperationRequest {
+            op_id: "cancelled".into(),
+        })
+        .await
+        .unwrap();
+    let sends_at_cancel = proxy.stats().sends;
+    assert!(sends_at_cancel >= 1);
+    // The blockhash lives on for seconds after the cancel: resends would come every 3 s.
+    let done = wait_terminal(&stack, &["cancelled".into()], Duration::from_secs(60)).await;
+    let op = &done["cancelled"];
+    assert_eq!(op.state(), pb::OperationState::Cancelled, "{op:?}");
+    assert!(
+        node.slot() > signing.last_valid_block_height,
+        "cancelled only once the blockhash expired"
+    );
+    assert_eq!(
+        proxy.stats().sends,
+        sends_at_cancel,
+        "the cancelled operation's bytes were sent again after the cancel"
+    );
+    let evidence = op.evidence.as_ref().expect("the proof of expiry is stored");
+    assert!(evidence.head > evidence.last_valid_block_height);
+    assert_eq!(evidence.commitment, "finalized");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_endpoint_whose_history_misses_the_signing_slot_never_proves_expiry() {
+    // The blockhash expires during an outage; the node that comes back keeps no history from
+    // before the signature: its empty statuses prove nothing, so nothing is re-signed until
+    // an endpoint whose history reaches the signing slot shows the expiry.
+    let node = SolanaNode::start(Duration::from_millis(20)).await;
+    let proxy = sigcast_e2e::FaultProxy::start(node.addr, 0.0, 0, Duration::ZERO).await;
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        solana_rpc: Some(node.url.clone()),
+        solana_broadcaster_rpc: Some(proxy.url.clone()),
+        solana_accounts: 1,
+        ..Default::default()
+    })
+    .await;
+    let from = stack.solana_accounts[0].clone();
+    node.airdrop(key_bytes(&from), 10 * SOL);
+    proxy.set_down(true);
+    let mut client = stack.client().await;
+    client
+        .submit_operation(sol_transfer("pruned", &from, &recipient(0), 4_321))
+        .await
+        .unwrap();
+    let signed = wait_state(&stack, "pruned", |op| !op.attempts.is_empty()).await;
+    let Some(pb::operation::Signing::Solana(first)) = signed.signing.clone() else {
+        panic!("{signed:?}")
+    };
+    assert!(first.signing_slot > 0, "the signing slot is recorded");
+    while node.slot() <= first.last_valid_block_height + 20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    node.prune_history_before(first.signing_slot + 1);
+    proxy.set_down(false);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let op = get(&stack, "pruned").await;
+    assert_eq!(
+        (op.state(), op.attempts.len()),
+        (pb::OperationState::Sent, 1),
+        "re-signed on an endpoint that cannot know: {op:?}"
+    );
+    node.prune_history_before(0);
+    let done = wait_terminal(&stack, &["pruned".into()], Duration::from_secs(60)).await;
+    assert_confirmed_by_one_resign(&stack, &done["pruned"]);
+}

@@ -53,6 +53,8 @@ pub struct FaultProxy {
     pub url: String,
     stats: Arc<Mutex<ProxyStats>>,
     down: Arc<std::sync::atomic::AtomicBool>,
+    lose_sends: Arc<std::sync::atomic::AtomicBool>,
+    refusal: Arc<Mutex<Option<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -82,6 +84,10 @@ impl FaultProxy {
         let shared = stats.clone();
         let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let is_down = down.clone();
+        let lose_sends = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let losing = lose_sends.clone();
+        let refusal: Arc<Mutex<Option<String>>> = Arc::default();
+        let refusing = refusal.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 if is_down.load(std::sync::atomic::Ordering::SeqCst) {
@@ -89,8 +95,15 @@ impl FaultProxy {
                     continue;
                 }
                 let (stats, rng) = (shared.clone(), rng.clone());
+                let faults = Faults {
+                    rate: fault_rate,
+                    delay,
+                    lag,
+                    lose_sends: losing.load(std::sync::atomic::Ordering::SeqCst),
+                };
+                let refusal = refusing.lock().unwrap().clone();
                 tokio::spawn(async move {
-                    let _ = serve(client, upstream, fault_rate, delay, lag, stats, rng).await;
+                    let _ = serve(client, upstream, faults, refusal, stats, rng).await;
                 });
             }
         });
@@ -98,8 +111,22 @@ impl FaultProxy {
             url,
             stats,
             down,
+            lose_sends,
+            refusal,
             task,
         }
+    }
+
+    /// Answers every send with a node error carrying `message`, without forwarding it (as a
+    /// node refusing the transaction would); `None` stops.
+    pub fn set_refusing_sends(&self, message: Option<&str>) {
+        *self.refusal.lock().unwrap() = message.map(str::to_owned);
+    }
+
+    /// Loses every send before it reaches the node (`true`), while reads pass; or stops.
+    pub fn set_losing_sends(&self, lose: bool) {
+        self.lose_sends
+            .store(lose, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Takes the node off the network (`true`) or back on.
@@ -166,15 +193,33 @@ async fn forward(upstream: SocketAddr, body: &[u8]) -> std::io::Result<Vec<u8>> 
     Ok(response)
 }
 
+/// What the proxy does to one connection's request.
+#[derive(Clone, Copy)]
+struct Faults {
+    /// Share of sends faulted.
+    rate: f64,
+    /// How late a delayed reply comes.
+    delay: Duration,
+    /// Every reply this late (a slow endpoint).
+    lag: Option<Duration>,
+    /// Every send lost before it reaches the node.
+    lose_sends: bool,
+}
+
 async fn serve(
     mut client: TcpStream,
     upstream: SocketAddr,
-    fault_rate: f64,
-    delay: Duration,
-    lag: Option<Duration>,
+    faults: Faults,
+    refusal: Option<String>,
     stats: Arc<Mutex<ProxyStats>>,
     rng: Arc<Mutex<StdRng>>,
 ) -> std::io::Result<()> {
+    let Faults {
+        rate: fault_rate,
+        delay,
+        lag,
+        lose_sends,
+    } = faults;
     // One request per connection: the node's reply says `Connection: close`, and so do we.
     let Some((_head, body)) = read_request(&mut client).await? else {
         return Ok(());
@@ -183,7 +228,11 @@ async fn serve(
     let is_send = text.contains("eth_sendRawTransaction") || text.contains("\"sendTransaction\"");
     let fault = if is_send {
         let mut rng = rng.lock().unwrap();
-        let fault = (rng.gen_bool(fault_rate)).then(|| FAULTS[rng.gen_range(0..FAULTS.len())]);
+        let fault = if lose_sends {
+            Some(Fault::DropBeforeForward)
+        } else {
+            (rng.gen_bool(fault_rate)).then(|| FAULTS[rng.gen_range(0..FAULTS.len())])
+        };
         let mut stats = stats.lock().unwrap();
         stats.sends += 1;
         stats.faults.extend(fault);
@@ -192,6 +241,24 @@ async fn serve(
         None
     };
     if fault == Some(Fault::DropBeforeForward) {
+        return Ok(());
+    }
+    if let Some(message) = refusal.filter(|_| is_send) {
+        let id = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v.get("id").cloned())
+            .unwrap_or(serde_json::Value::Null);
+        let reply = serde_json::json!({
+            "jsonrpc": "2.0", "id": id,
+            "error": { "code": -32003, "message": message }
+        })
+        .to_string();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            reply.len()
+        );
+        client.write_all(head.as_bytes()).await?;
+        client.write_all(reply.as_bytes()).await?;
         return Ok(());
     }
     let response = forward(upstream, &body).await?;

@@ -10,7 +10,9 @@
 //!
 //! and prints one table: submit latency p50/p99, time to SENT and to CONFIRMED, mined
 //! throughput of each and their ratio, replay vs health p50, each service's peak RSS.
-//! A benchmark, not a test: it asserts nothing about speed.
+//! A benchmark, not a test: it asserts nothing about speed. But a run in which any operation
+//! ends other than CONFIRMED with success, or nothing is confirmed for `--stall-secs`, is a
+//! failed run: it says which operations and in what state, and exits 1.
 
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
@@ -20,6 +22,7 @@ use sigcast_domain::{EvmAddress, EvmTransfer, Intent, Wei};
 use sigcast_e2e::{Stack, StackOptions};
 use sigcast_evm::{EvmRpc, RpcPool, TxParams, build_transaction};
 use sigcast_proto::pb;
+use sigcast_proto::sigcast::v1::operation_service_client::OperationServiceClient;
 use std::time::{Duration, Instant, SystemTime};
 
 struct Args {
@@ -28,10 +31,12 @@ struct Args {
     concurrency: usize,
     baseline: bool,
     replays: usize,
+    stall: Duration,
 }
 
 const USAGE: &str = "usage: sigcast-bench [--ops N (2000)] [--accounts K (4)] \
-[--concurrency C (64)] [--baseline direct|none (direct)] [--replays R (500)]";
+[--concurrency C (64)] [--baseline direct|none (direct)] [--replays R (500)] \
+[--stall-secs S (60)]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -40,6 +45,7 @@ fn parse_args() -> Result<Args, String> {
         concurrency: 64,
         baseline: true,
         replays: 500,
+        stall: Duration::from_secs(60),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -58,6 +64,7 @@ fn parse_args() -> Result<Args, String> {
             "--accounts" => args.accounts = number()?.max(1),
             "--concurrency" => args.concurrency = number()?.max(1),
             "--replays" => args.replays = number()?,
+            "--stall-secs" => args.stall = Duration::from_secs(number()?.max(1) as u64),
             "--baseline" => {
                 args.baseline = match value.as_str() {
                     "direct" => true,
@@ -91,7 +98,22 @@ fn peak_rss_mib(pid: u32) -> Option<f64> {
     Some(kib / 1024.0)
 }
 
+/// Progress: a bar redrawn in place on a terminal; otherwise (a log, CI) a plain line every
+/// ten seconds and at the end.
 fn progress(label: &str, done: usize, total: usize, started: Instant) {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        static LAST: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
+        let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+        if done >= total || last.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
+            eprintln!(
+                "{label}: {done}/{total} after {:.0}s",
+                started.elapsed().as_secs_f64()
+            );
+            *last = Some(Instant::now());
+        }
+        return;
+    }
     let width = 30;
     let filled = (done * width)
         .checked_div(total)
@@ -217,6 +239,66 @@ fn since(
     at.duration_since(from).ok()
 }
 
+/// Every operation listed in `state`.
+async fn listed(
+    client: &OperationServiceClient<tonic::transport::Channel>,
+    state: pb::OperationState,
+) -> Vec<pb::Operation> {
+    let mut ops = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .clone()
+            .list_operations(pb::ListOperationsRequest {
+                state: state.into(),
+                page_size: 1_000,
+                page_token,
+                ..Default::default()
+            })
+            .await
+            .expect("list operations")
+            .into_inner();
+        ops.extend(page.operations);
+        if page.next_page_token.is_empty() {
+            return ops;
+        }
+        page_token = page.next_page_token;
+    }
+}
+
+/// One line per operation: its state, attempts and why.
+fn describe(op: &pb::Operation) -> String {
+    let attempts: Vec<String> = op
+        .attempts
+        .iter()
+        .map(|a| {
+            format!(
+                "#{}{} {}",
+                a.number,
+                if a.reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", a.reason)
+                },
+                a.outcome()
+                    .as_str_name()
+                    .trim_start_matches("ATTEMPT_OUTCOME_")
+            )
+        })
+        .collect();
+    format!(
+        "{} {} [{}] {}",
+        op.op_id,
+        op.state()
+            .as_str_name()
+            .trim_start_matches("OPERATION_STATE_"),
+        attempts.join(", "),
+        op.error
+            .as_ref()
+            .map_or(String::new(), |e| format!("{}: {}", e.reason, e.message))
+    )
+}
+
 #[tokio::main]
 async fn main() {
     let args = match parse_args() {
@@ -226,6 +308,14 @@ async fn main() {
             std::process::exit(2);
         }
     };
+    // `run` owns the stack: it is stopped (anvil and the services killed) before exiting.
+    if let Err(failure) = run(args).await {
+        eprintln!("\nFAILED RUN: {failure}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
     eprintln!(
         "starting anvil and the stack ({} generated keys)…",
         args.accounts
@@ -279,28 +369,50 @@ async fn main() {
         .await;
     submit_latency.sort();
     let mut rss_peak_in_flight = Vec::new();
+    let mut last_progress = (0, Instant::now());
     loop {
-        let mut confirmed = 0;
-        let mut page_token = String::new();
-        loop {
-            let page = client
-                .clone()
-                .list_operations(pb::ListOperationsRequest {
-                    state: pb::OperationState::Confirmed.into(),
-                    page_size: 1_000,
-                    page_token,
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-                .into_inner();
-            confirmed += page.operations.len();
-            if page.next_page_token.is_empty() {
-                break;
-            }
-            page_token = page.next_page_token;
+        let confirmed_ops = listed(&client, pb::OperationState::Confirmed).await;
+        let confirmed = confirmed_ops.len();
+        // Anything terminal but a successful confirmation fails the run.
+        let mut failed: Vec<pb::Operation> = confirmed_ops
+            .into_iter()
+            .filter(|op| {
+                op.result.as_ref().map(|r| r.execution_status())
+                    != Some(pb::ExecutionStatus::Success)
+            })
+            .collect();
+        failed.extend(listed(&client, pb::OperationState::Rejected).await);
+        failed.extend(listed(&client, pb::OperationState::Cancelled).await);
+        if !failed.is_empty() {
+            let lines: Vec<String> = failed.iter().take(50).map(describe).collect();
+            return Err(format!(
+                "{} of {} operations ended other than CONFIRMED with success:\n{}",
+                failed.len(),
+                args.ops,
+                lines.join("\n")
+            ));
         }
         progress("confirmed", confirmed, args.ops, started);
+        if confirmed != last_progress.0 {
+            last_progress = (confirmed, Instant::now());
+        } else if last_progress.1.elapsed() >= args.stall {
+            let mut stuck = Vec::new();
+            for state in [
+                pb::OperationState::Received,
+                pb::OperationState::Signed,
+                pb::OperationState::Sent,
+            ] {
+                stuck.extend(listed(&client, state).await);
+            }
+            let lines: Vec<String> = stuck.iter().take(50).map(describe).collect();
+            return Err(format!(
+                "no operation confirmed for {} s; {confirmed} of {} confirmed, {} not terminal:\n{}",
+                args.stall.as_secs(),
+                args.ops,
+                stuck.len(),
+                lines.join("\n")
+            ));
+        }
         if rss_peak_in_flight.is_empty() {
             // Peak memory with (nearly) everything in flight.
             rss_peak_in_flight = [&stack.gateway, &stack.signers[0], &stack.broadcasters[0]]
@@ -432,4 +544,5 @@ async fn main() {
         "| peak RSS gateway / signer / broadcaster (end) | {:.0} / {:.0} / {:.0} MiB |",
         rss_end[0], rss_end[1], rss_end[2]
     );
+    Ok(())
 }

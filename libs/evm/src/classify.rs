@@ -101,6 +101,27 @@ fn classify_message(message: &str) -> SendClass {
     }
 }
 
+/// What a send's answer means to the protocol: accepted (or already known), refused (for its
+/// fees, or for anything else: never applied), or unknown (resolved from chain state).
+pub fn send_outcome<T>(result: &Result<T, RpcError>) -> sigcast_protocol::SendOutcome {
+    use sigcast_protocol::SendOutcome;
+    match result {
+        Ok(_) => SendOutcome::Accepted,
+        Err(error) => match classify_send_error(error) {
+            SendClass::AlreadyKnown => SendOutcome::Accepted,
+            SendClass::Rejected => SendOutcome::Refused {
+                underpriced: false,
+                message: error.to_string(),
+            },
+            SendClass::Underpriced => SendOutcome::Refused {
+                underpriced: true,
+                message: error.to_string(),
+            },
+            SendClass::NonceUsed | SendClass::Unknown => SendOutcome::Unknown,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,10 +11,12 @@ pub mod evidence;
 mod rpc;
 mod tx;
 
-pub use classify::{SendClass, classify_send_error};
+pub use classify::{SendClass, classify_send_error, send_outcome};
 pub use error::{Error, Result, RpcError};
 pub use rpc::{EvmRpc, Receipt};
 pub use sigcast_jsonrpc::{RpcPool, SendAttempt};
-pub use tx::{Fees, SignedTx, TxParams, UnsignedTx, build_transaction, params_of};
+pub use tx::{
+    DecodedTx, Fees, SignedTx, TxParams, UnsignedTx, build_transaction, decode_signed, params_of,
+};
 
 pub use alloy_primitives::{Address, B256, Signature, U256};

@@ -200,6 +200,30 @@ pub fn params_of(raw: &[u8]) -> Option<TxParams> {
     })
 }
 
+/// A signed transaction as a node sees it: who signed it, its hash and its parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedTx {
+    /// The recovered sender.
+    pub from: Address,
+    /// The transaction hash.
+    pub hash: B256,
+    /// Nonce, gas limit and fees.
+    pub params: TxParams,
+}
+
+/// Decodes signed bytes and recovers their sender; `None` for bytes that are not a signed
+/// transaction.
+pub fn decode_signed(raw: &[u8]) -> Option<DecodedTx> {
+    use alloy_consensus::transaction::SignerRecoverable;
+    use alloy_eips::eip2718::Decodable2718;
+    let envelope = TxEnvelope::decode_2718_exact(raw).ok()?;
+    Some(DecodedTx {
+        from: envelope.recover_signer().ok()?,
+        hash: *envelope.tx_hash(),
+        params: params_of(raw)?,
+    })
+}
+
 impl Fees {
     /// Fees for a replacement at the same nonce: at least `current` and at least 25% above
     /// `previous` on every field (nodes require +10% to replace a pending transaction).

@@ -50,12 +50,14 @@ impl Endpoint for PoolEndpoint<'_> {
 }
 
 /// An endpoint whose answers to reads that cannot change within one pass over the work are
-/// kept for the pass: the head, blocks by number, state at a block number. Dropped with the
-/// pass, so nothing read here outlives it.
+/// kept for the pass: blocks and state at a block number, the chain id, how far back history
+/// reaches. The head ("latest", a block height) is kept only briefly: a pass over thousands of
+/// operations outlasts blocks, and a receipt newer than a stale head would wait a pass for no
+/// reason. Dropped with the pass, so nothing read here outlives it.
 #[derive(Debug)]
 pub struct PassCache<E> {
     inner: E,
-    answers: Mutex<HashMap<String, Value>>,
+    answers: Mutex<HashMap<String, (std::time::Instant, Value)>>,
 }
 
 impl<E> PassCache<E> {
@@ -68,18 +70,23 @@ impl<E> PassCache<E> {
     }
 }
 
-/// Whether a read's answer is fixed for the length of a pass.
-fn fixed_for_a_pass(method: &str) -> bool {
-    matches!(
-        method,
-        "eth_blockNumber"
-            | "eth_getBlockByNumber"
-            | "eth_getTransactionCount"
-            | "eth_chainId"
-            | "getBlockHeight"
-            | "getFirstAvailableBlock"
-            | "minimumLedgerSlot"
-    )
+/// How long a head read is reused.
+const HEAD_FOR: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// How long a read's answer may be reused within a pass, if at all.
+fn reusable_for(method: &str, params: &Value) -> Option<std::time::Duration> {
+    let latest = params.get(0).and_then(Value::as_str) == Some("latest")
+        || params.get(1).and_then(Value::as_str) == Some("latest");
+    match method {
+        "eth_blockNumber" | "getBlockHeight" => Some(HEAD_FOR),
+        "eth_getBlockByNumber" | "eth_getTransactionCount" if latest => Some(HEAD_FOR),
+        "eth_getBlockByNumber"
+        | "eth_getTransactionCount"
+        | "eth_chainId"
+        | "getFirstAvailableBlock"
+        | "minimumLedgerSlot" => Some(std::time::Duration::MAX),
+        _ => None,
+    }
 }
 
 impl<E: Endpoint> Endpoint for PassCache<E> {
@@ -88,15 +95,16 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
     }
 
     async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
-        if !fixed_for_a_pass(method) {
+        let Some(reuse) = reusable_for(method, &params) else {
             return self.inner.request(method, params).await;
-        }
+        };
         let key = format!("{method}{params}");
-        if let Some(value) = self
+        if let Some((at, value)) = self
             .answers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&key)
+            && at.elapsed() < reuse
         {
             return Ok(value.clone());
         }
@@ -104,7 +112,7 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
         self.answers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key, value.clone());
+            .insert(key, (std::time::Instant::now(), value.clone()));
         Ok(value)
     }
 }

@@ -279,6 +279,20 @@ pub fn intent_to_proto(intent: &Intent) -> pb::Intent {
     pb::Intent { kind: Some(kind) }
 }
 
+/// A new operation, as recorded when it is accepted: RECEIVED, its intent in canonical form
+/// and fingerprinted, its chain and account taken from the intent.
+pub fn new_operation(op_id: &OpId, intent: &Intent) -> pb::Operation {
+    pb::Operation {
+        op_id: op_id.to_string(),
+        intent: Some(intent_to_proto(intent)),
+        intent_fingerprint: intent.fingerprint().to_string(),
+        state: state_to_proto(OperationState::Received).into(),
+        chain: intent.chain().to_string(),
+        account: intent.account(),
+        ..Default::default()
+    }
+}
+
 /// The protobuf form of a state.
 pub fn state_to_proto(state: OperationState) -> pb::OperationState {
     match state {

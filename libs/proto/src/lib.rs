@@ -8,8 +8,8 @@ mod convert;
 mod unix;
 
 pub use convert::{
-    FieldViolation, intent_from_proto, intent_to_proto, parse_op_id, state_from_proto,
-    state_to_proto,
+    FieldViolation, intent_from_proto, intent_to_proto, new_operation, parse_op_id,
+    state_from_proto, state_to_proto,
 };
 
 /// Generated code of the `sigcast.v1` and `sigcast.signer.v1` packages.

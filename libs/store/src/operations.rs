@@ -5,9 +5,11 @@
 //!   record format, so it evolves by protobuf's compatibility rules);
 //! - `("by_account", chain, account, op_id)` → empty, for listing one account's operations;
 //! - `("by_state", state, op_id)` → empty, for listing by state;
-//! - `("work", state, chain, account, op_id)` → empty, for operations not yet terminal only:
-//!   the broadcaster's work, listed account by account so that no backlog of one account or
-//!   chain keeps the others waiting.
+//! - `("work", state, chain, account, position, op_id)` → empty, for operations not yet
+//!   terminal only: the broadcaster's work, listed account by account so that no backlog of one
+//!   account or chain keeps the others waiting, and within an account in nonce order (position
+//!   is the EVM nonce once signed, else 0), oldest first: an account's later nonces cannot land
+//!   before its earlier ones.
 //!
 //! Every function here is a piece of one transaction and idempotent by op_id: running it
 //! again after a commit whose result was unknown finds its own effect and changes nothing.
@@ -50,12 +52,17 @@ fn state_key(root: &Subspace, op: &pb::Operation) -> Vec<u8> {
 /// The work entry of an operation that is not terminal.
 fn work_key(root: &Subspace, op: &pb::Operation) -> Option<Vec<u8>> {
     let terminal = state_from_proto(op.state()).is_none_or(OperationState::is_terminal);
+    let position = match &op.signing {
+        Some(pb::operation::Signing::Evm(evm)) => i64::try_from(evm.nonce).unwrap_or(i64::MAX),
+        _ => 0,
+    };
     (!terminal).then(|| {
         root.pack(&(
             WORK,
             i64::from(op.state),
             op.chain.as_str(),
             op.account.as_str(),
+            position,
             op.op_id.as_str(),
         ))
     })
@@ -124,6 +131,45 @@ pub fn put(
         tx.set(&work, &[])?;
     }
     Ok(())
+}
+
+/// Which stored operation a change may apply to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guard {
+    /// Only the record at this revision: a decision made from it applies to it alone, never
+    /// to a record another process changed meanwhile.
+    Revision(u64),
+    /// Any record not yet terminal: for facts (what a node answered), which hold whatever
+    /// else changed.
+    NotTerminal,
+}
+
+/// Applies `change` to the stored operation if `guard` holds and `change` accepts (returns
+/// `true`); returns the record before and after, or `None` if nothing was written.
+pub fn update(
+    tx: &mut dyn KvTransaction,
+    root: &Subspace,
+    op_id: &str,
+    guard: Guard,
+    change: &mut dyn FnMut(&mut pb::Operation) -> bool,
+    now: SystemTime,
+) -> Result<Option<(pb::Operation, pb::Operation)>> {
+    let Some(stored) = get(tx, root, op_id)? else {
+        return Ok(None);
+    };
+    let applies = match guard {
+        Guard::Revision(revision) => stored.revision == revision,
+        Guard::NotTerminal => !domain_state(root, &stored)?.is_terminal(),
+    };
+    if !applies {
+        return Ok(None);
+    }
+    let mut op = stored.clone();
+    if !change(&mut op) {
+        return Ok(None);
+    }
+    put(tx, root, Some(&stored), &mut op, now)?;
+    Ok(Some((stored, op)))
 }
 
 /// What recording a submitted operation did.
@@ -361,7 +407,7 @@ pub fn work_accounts(
     while accounts.len() < max {
         let rows = tx.get_range(&begin, &end, 1, false)?;
         let Some((key, _)) = rows.first() else { break };
-        let (_, _, _, account, _): (String, i64, String, String, String) =
+        let (_, _, _, account, _, _): (String, i64, String, String, i64, String) =
             root.unpack(key).map_err(|e| Error::Corrupt {
                 what: "work key",
                 key: hex_string(key),
@@ -374,34 +420,37 @@ pub fn work_accounts(
     Ok(accounts)
 }
 
-/// Up to `limit` operations of `account` on `chain` in `state`, in op_id order, starting after
-/// op_id `after`.
+/// Up to `limit` operations of `account` on `chain` in `state`, oldest nonce first (then op_id
+/// order), starting after the work entry `after` (a cursor returned with an earlier page).
+/// Returns the operations and the cursor of the last one.
 pub fn work_of_account(
     tx: &mut dyn KvRead,
     root: &Subspace,
     state: pb::OperationState,
     chain: &str,
     account: &str,
-    after: Option<&str>,
+    after: Option<&[u8]>,
     limit: usize,
-) -> Result<Vec<pb::Operation>> {
+) -> Result<(Vec<pb::Operation>, Option<Vec<u8>>)> {
     let space = root.subspace(&(WORK, i64::from(state as i32), chain, account));
     let (begin, end) = space.range();
     let begin = match after {
-        Some(op_id) => {
-            let mut key = space.pack(&(op_id,));
-            key.push(0);
-            key
+        Some(key) if key >= begin.as_slice() && key < end.as_slice() => {
+            let mut next = key.to_vec();
+            next.push(0);
+            next
         }
-        None => begin,
+        _ => begin,
     };
     let mut ops = Vec::new();
+    let mut last = None;
     for (key, _) in tx.get_range(&begin, &end, limit, false)? {
         if let Some(op) = get(tx, root, &index_op_id(&key)?)? {
             ops.push(op);
         }
+        last = Some(key);
     }
-    Ok(ops)
+    Ok((ops, last))
 }
 
 /// Adds the missing work entries of operations not yet terminal, at most `limit` records per

@@ -3,7 +3,7 @@
 //! for one pass).
 
 use sigcast_domain::Chain as ChainId;
-use sigcast_evm::{Address, B256, EvmRpc, SendClass, classify_send_error};
+use sigcast_evm::{Address, B256, EvmRpc};
 use sigcast_jsonrpc::{PassCache, PoolEndpoint, RpcError};
 use sigcast_proto::pb;
 use sigcast_protocol::{EvmView, SendOutcome, SolanaView};
@@ -27,21 +27,7 @@ impl Chain {
         match self {
             Chain::Evm(rpc) => {
                 let sent = rpc.send_raw(raw).await;
-                let outcome = match &sent.result {
-                    Ok(_) => SendOutcome::Accepted,
-                    Err(error) => match classify_send_error(error) {
-                        SendClass::AlreadyKnown => SendOutcome::Accepted,
-                        SendClass::Rejected => SendOutcome::Refused {
-                            underpriced: false,
-                            message: error.to_string(),
-                        },
-                        SendClass::Underpriced => SendOutcome::Refused {
-                            underpriced: true,
-                            message: error.to_string(),
-                        },
-                        SendClass::NonceUsed | SendClass::Unknown => SendOutcome::Unknown,
-                    },
-                };
+                let outcome = sigcast_evm::send_outcome(&sent.result);
                 (sent.endpoint, outcome)
             }
             Chain::Solana(rpc) => {

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tracing::Instrument;
 
 /// Operations of one state worked on per pass, shared fairly by the accounts with work.
-const PASS_BUDGET: usize = 4_096;
+const PASS_BUDGET: usize = 1_024;
 /// How often records written by a data-format-1 process are given their work entries.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
@@ -452,13 +452,8 @@ impl Worker {
         decided_on: &pb::Operation,
         change: impl FnMut(&mut pb::Operation) -> bool + Send + 'static,
     ) -> Option<pb::Operation> {
-        let revision = decided_on.revision;
-        self.apply(
-            &decided_on.op_id,
-            move |stored| stored.revision == revision,
-            change,
-        )
-        .await
+        let guard = operations::Guard::Revision(decided_on.revision);
+        self.apply(&decided_on.op_id, guard, change).await
     }
 
     /// Applies a fact (what a node answered, a send about to be made of an attempt the signer
@@ -468,18 +463,14 @@ impl Worker {
         op_id: &str,
         change: impl FnMut(&mut pb::Operation) -> bool + Send + 'static,
     ) -> Option<pb::Operation> {
-        self.apply(
-            op_id,
-            |stored| state_from_proto(stored.state()).is_some_and(|s| !s.is_terminal()),
-            change,
-        )
-        .await
+        self.apply(op_id, operations::Guard::NotTerminal, change)
+            .await
     }
 
     async fn apply(
         &self,
         op_id: &str,
-        applies: impl Fn(&pb::Operation) -> bool + Send + 'static,
+        guard: operations::Guard,
         mut change: impl FnMut(&mut pb::Operation) -> bool + Send + 'static,
     ) -> Option<pb::Operation> {
         let root = self.store.root().clone();
@@ -487,24 +478,11 @@ impl Worker {
         let now = SystemTime::now();
         let result = self
             .store
-            .run_grouped(move |tx| {
-                let Some(stored) = operations::get(tx, &root, &id)? else {
-                    return Ok(None);
-                };
-                if !applies(&stored) {
-                    return Ok(None);
-                }
-                let mut op = stored.clone();
-                if !change(&mut op) {
-                    return Ok(None);
-                }
-                operations::put(tx, &root, Some(&stored), &mut op, now)?;
-                Ok(Some((stored.state, op)))
-            })
+            .run_grouped(move |tx| operations::update(tx, &root, &id, guard, &mut change, now))
             .await;
         match result {
             Ok(Some((before, op))) => {
-                if op.state != before {
+                if op.state != before.state {
                     count_transition(&op);
                 }
                 Some(op)

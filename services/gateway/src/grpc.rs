@@ -3,9 +3,7 @@
 use crate::error::{Error, Result, state_name};
 use sigcast_domain::{Chain, EvmAddress, IntentRules, SolanaPubkey};
 use sigcast_proto::sigcast::v1::operation_service_server::OperationService;
-use sigcast_proto::{
-    FieldViolation, intent_from_proto, intent_to_proto, parse_op_id, pb, state_to_proto,
-};
+use sigcast_proto::{FieldViolation, intent_from_proto, parse_op_id, pb};
 use sigcast_store::Store;
 use sigcast_store::operations::{self, CancelOutcome, ListFilter, SubmitOutcome};
 use sigcast_telemetry::metrics;
@@ -98,15 +96,7 @@ impl Gateway {
                         rule: violation.0,
                     });
                 }
-                let new = pb::Operation {
-                    op_id: op_id.to_string(),
-                    intent: Some(intent_to_proto(&intent)),
-                    intent_fingerprint: fingerprint.clone(),
-                    state: state_to_proto(sigcast_domain::OperationState::Received).into(),
-                    chain: intent.chain().to_string(),
-                    account: intent.account(),
-                    ..Default::default()
-                };
+                let new = sigcast_proto::new_operation(&op_id, &intent);
                 let now = SystemTime::now();
                 self.store
                     .run_grouped(move |tx| operations::submit(tx, &root, new.clone(), now))

@@ -16,7 +16,9 @@ pub mod token;
 
 pub use config::Config;
 pub use error::{Error, Result};
-pub use sign::{Replacement, Signed, Signer};
+pub use sign::{
+    InitialEvm, Replacement, ReplacementEvm, Signed, Signer, sign_initial_evm, sign_replacement_evm,
+};
 
 use sigcast_proto::sigcast::signer::v1::signer_service_server::SignerServiceServer;
 use sigcast_store::Store;

@@ -406,118 +406,154 @@ impl Signer {
             _ => TRANSFER_GAS,
         };
 
-        let root = self.store.root().clone();
-        let id = op_id.to_owned();
-        let now = SystemTime::now();
-        let caller = caller.to_owned();
-        let in_process = key.backend() == "keystore";
+        let request = InitialEvm {
+            root: self.store.root().clone(),
+            op_id: op_id.to_owned(),
+            caller: caller.to_owned(),
+            now: SystemTime::now(),
+            intent,
+            policy,
+            value,
+            chain_nonce,
+            gas_limit,
+            fees,
+            key,
+        };
+        let in_process = request.key.backend() == "keystore";
         let outcome = self
-            .commit(in_process, move |tx| {
-                let Some(stored) = operations::get(tx, &root, &id)? else {
-                    return Ok(Err(Error::NotFound(id.clone())));
-                };
-                if let Some(done) = already_signed(&stored).transpose() {
-                    return Ok(done);
-                }
-                let chain_key = stored.chain.clone();
-                let account = stored.account.clone();
-                if let Some(policy) = policy.as_ref().filter(|p| p.window_secs > 0) {
-                    let now_ms = unix_millis(now);
-                    let since = now_ms
-                        - i64::try_from(policy.window_secs.saturating_mul(1000))
-                            .unwrap_or(i64::MAX);
-                    let spent = accounts::spent_since(tx, &root, &chain_key, &account, since)?
-                        .iter()
-                        .fold(U256::ZERO, |sum, v| {
-                            sum.saturating_add(U256::from_be_slice(v))
-                        });
-                    if let Err(rule) = check_window(policy, spent, value) {
-                        return Ok(Err(Error::PolicyDenied {
-                            op_id: id.clone(),
-                            rule,
-                        }));
-                    }
-                    accounts::record_spend(
-                        tx,
-                        &root,
-                        &chain_key,
-                        &account,
-                        now_ms,
-                        &id,
-                        &value.to_be_bytes::<32>(),
-                    )?;
-                }
-                let allocation = match accounts::allocate_nonce(
-                    tx,
-                    &root,
-                    &chain_key,
-                    &account,
-                    &id,
-                    chain_nonce,
-                )? {
-                    Ok(allocation) => allocation,
-                    Err(taken) => return Ok(Err(Error::Interlock(taken))),
-                };
-                // A gauge set is idempotent: a body re-run after an unknown commit sets it again.
-                sigcast_telemetry::metrics::metrics()
-                    .nonce_lag
-                    .get_or_create(&sigcast_telemetry::metrics::owned(&[
-                        ("chain", stored.chain.as_str()),
-                        ("account", account.as_str()),
-                    ]))
-                    .set(
-                        i64::try_from(allocation.nonce.saturating_sub(chain_nonce))
-                            .unwrap_or(i64::MAX),
-                    );
-                if let Some((store_next, chain_next)) = allocation.external_gap {
-                    tracing::warn!(
-                        op.id = %id, account = %account, store_next, chain_next,
-                        "the chain's nonce is ahead of the store's: another sender used this key; \
-                         operations at the skipped nonces will be proven rejected"
-                    );
-                }
-                let params = TxParams {
-                    nonce: allocation.nonce,
-                    gas_limit,
-                    fees,
-                };
-                let signing = Signing {
-                    root: &root,
-                    op_id: &id,
-                    attempt: 1,
-                    purpose: SignPurpose::Initial,
-                    account: &account,
-                    caller: &caller,
-                    now,
-                };
-                let signed = match signing.sign_and_record(tx, &intent, params, &key)? {
-                    Ok(signed) => signed,
-                    Err(e) => return Ok(Err(e)),
-                };
-                let mut op = stored.clone();
-                op.set_state(state_to_proto(OperationState::Signed));
-                op.signing = Some(pb::operation::Signing::Evm(pb::EvmSigning {
-                    nonce: allocation.nonce,
-                }));
-                op.attempts = vec![pb::Attempt {
-                    number: 1,
-                    tx_id: signed.hash.to_string(),
-                    outcome: pb::AttemptOutcome::Pending.into(),
-                    ..Default::default()
-                }];
-                operations::put(tx, &root, Some(&stored), &mut op, now)?;
-                Ok(Ok(Signed {
-                    tx_id: signed.hash.to_string(),
-                    attempt: 1,
-                    already_signed: false,
-                }))
-            })
+            .commit(in_process, move |tx| sign_initial_evm(tx, &request))
             .await??;
         if !outcome.already_signed {
             tracing::info!(op.id = %op_id, tx = %outcome.tx_id, "operation signed");
         }
         Ok(outcome)
     }
+}
+
+/// Everything the first signature of an EVM operation needs, read before its transaction.
+pub struct InitialEvm {
+    /// The store's root subspace.
+    pub root: sigcast_store::tuple::Subspace,
+    /// The operation.
+    pub op_id: String,
+    /// The authenticated caller, for the audit record.
+    pub caller: String,
+    /// The time recorded.
+    pub now: SystemTime,
+    /// The stored intent, parsed.
+    pub intent: Intent,
+    /// The key's policy, for its rolling-window limit.
+    pub policy: Option<KeyPolicy>,
+    /// The value the intent moves, in wei.
+    pub value: U256,
+    /// The account's transaction count on chain, as read.
+    pub chain_nonce: u64,
+    /// The transaction's gas limit.
+    pub gas_limit: u64,
+    /// Its fees.
+    pub fees: Fees,
+    /// The key of the operation's account.
+    pub key: crate::keys::KeyHandle,
+}
+
+/// The first signature of an EVM operation, inside the caller's store transaction: the
+/// rolling-window check and spend, the nonce allocation (the interlock), the signature, the
+/// payload and audit record, and the operation SIGNED. A refusal after anything was written
+/// must roll the transaction back (`Store::run_*_or_refuse`). Re-running it after a commit
+/// finds the operation signed and returns its stored signature.
+pub fn sign_initial_evm(
+    tx: &mut dyn sigcast_store::KvTransaction,
+    r: &InitialEvm,
+) -> sigcast_store::Result<Result<Signed>> {
+    let Some(stored) = operations::get(tx, &r.root, &r.op_id)? else {
+        return Ok(Err(Error::NotFound(r.op_id.clone())));
+    };
+    if let Some(done) = already_signed(&stored).transpose() {
+        return Ok(done);
+    }
+    let chain_key = stored.chain.clone();
+    let account = stored.account.clone();
+    if let Some(policy) = r.policy.as_ref().filter(|p| p.window_secs > 0) {
+        let now_ms = unix_millis(r.now);
+        let since =
+            now_ms - i64::try_from(policy.window_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let spent = accounts::spent_since(tx, &r.root, &chain_key, &account, since)?
+            .iter()
+            .fold(U256::ZERO, |sum, v| {
+                sum.saturating_add(U256::from_be_slice(v))
+            });
+        if let Err(rule) = check_window(policy, spent, r.value) {
+            return Ok(Err(Error::PolicyDenied {
+                op_id: r.op_id.clone(),
+                rule,
+            }));
+        }
+        accounts::record_spend(
+            tx,
+            &r.root,
+            &chain_key,
+            &account,
+            now_ms,
+            &r.op_id,
+            &r.value.to_be_bytes::<32>(),
+        )?;
+    }
+    let allocation =
+        match accounts::allocate_nonce(tx, &r.root, &chain_key, &account, &r.op_id, r.chain_nonce)?
+        {
+            Ok(allocation) => allocation,
+            Err(taken) => return Ok(Err(Error::Interlock(taken))),
+        };
+    // A gauge set is idempotent: a body re-run after an unknown commit sets it again.
+    sigcast_telemetry::metrics::metrics()
+        .nonce_lag
+        .get_or_create(&sigcast_telemetry::metrics::owned(&[
+            ("chain", stored.chain.as_str()),
+            ("account", account.as_str()),
+        ]))
+        .set(i64::try_from(allocation.nonce.saturating_sub(r.chain_nonce)).unwrap_or(i64::MAX));
+    if let Some((store_next, chain_next)) = allocation.external_gap {
+        tracing::warn!(
+            op.id = %r.op_id, account = %account, store_next, chain_next,
+            "the chain's nonce is ahead of the store's: another sender used this key; \
+             operations at the skipped nonces will be proven rejected"
+        );
+    }
+    let params = TxParams {
+        nonce: allocation.nonce,
+        gas_limit: r.gas_limit,
+        fees: r.fees,
+    };
+    let signing = Signing {
+        root: &r.root,
+        op_id: &r.op_id,
+        attempt: 1,
+        purpose: SignPurpose::Initial,
+        account: &account,
+        caller: &r.caller,
+        now: r.now,
+    };
+    let signed = match signing.sign_and_record(tx, &r.intent, params, &r.key)? {
+        Ok(signed) => signed,
+        Err(e) => return Ok(Err(e)),
+    };
+    let mut op = stored.clone();
+    op.set_state(state_to_proto(OperationState::Signed));
+    op.signing = Some(pb::operation::Signing::Evm(pb::EvmSigning {
+        nonce: allocation.nonce,
+    }));
+    op.attempts = vec![pb::Attempt {
+        number: 1,
+        tx_id: signed.hash.to_string(),
+        outcome: pb::AttemptOutcome::Pending.into(),
+        ..Default::default()
+    }];
+    operations::put(tx, &r.root, Some(&stored), &mut op, r.now)?;
+    Ok(Ok(Signed {
+        tx_id: signed.hash.to_string(),
+        attempt: 1,
+        already_signed: false,
+    }))
 }
 
 impl Signer {
@@ -628,72 +664,110 @@ impl Signer {
             fees,
         };
 
-        let root = self.store.root().clone();
-        let id = op_id.to_owned();
-        let now = SystemTime::now();
-        let caller = caller.to_owned();
-        let in_process = key.backend() == "keystore";
+        let request = ReplacementEvm {
+            root: self.store.root().clone(),
+            op_id: op_id.to_owned(),
+            caller: caller.to_owned(),
+            now: SystemTime::now(),
+            kind,
+            replaces_attempt,
+            intent,
+            params,
+            key,
+        };
+        let in_process = request.key.backend() == "keystore";
         let signed = self
-            .commit(in_process, move |tx| {
-                let Some(stored) = operations::get(tx, &root, &id)? else {
-                    return Ok(Err(Error::NotFound(id.clone())));
-                };
-                let Some(last) = stored.attempts.last().cloned() else {
-                    return Ok(Err(Error::NotFound(id.clone())));
-                };
-                if last.number != replaces_attempt {
-                    return Ok(Ok(Signed {
-                        tx_id: last.tx_id,
-                        attempt: last.number,
-                        already_signed: true,
-                    }));
-                }
-                // DO NOT TURN THIS OFF: a second payload at a nonce only for the operation that owns it.
-                let owner =
-                    accounts::nonce_owner(tx, &root, &stored.chain, &stored.account, params.nonce)?;
-                if owner.as_deref() != Some(id.as_str()) {
-                    return Ok(Err(Error::Interlock(accounts::NonceTaken {
-                        chain: stored.chain.clone(),
-                        account: stored.account.clone(),
-                        nonce: params.nonce,
-                        owner: owner.unwrap_or_default(),
-                    })));
-                }
-                let number = last.number + 1;
-                let signing = Signing {
-                    root: &root,
-                    op_id: &id,
-                    attempt: number,
-                    purpose: kind.purpose(),
-                    account: &stored.account,
-                    caller: &caller,
-                    now,
-                };
-                let signed = match signing.sign_and_record(tx, &intent, params, &key)? {
-                    Ok(signed) => signed,
-                    Err(e) => return Ok(Err(e)),
-                };
-                let mut op = stored.clone();
-                op.attempts.push(pb::Attempt {
-                    number,
-                    tx_id: signed.hash.to_string(),
-                    outcome: pb::AttemptOutcome::Pending.into(),
-                    reason: kind.reason().into(),
-                    ..Default::default()
-                });
-                operations::put(tx, &root, Some(&stored), &mut op, now)?;
-                Ok(Ok(Signed {
-                    tx_id: signed.hash.to_string(),
-                    attempt: number,
-                    already_signed: false,
-                }))
-            })
+            .commit(in_process, move |tx| sign_replacement_evm(tx, &request))
             .await??;
         if !signed.already_signed {
             tracing::info!(op.id = %op_id, tx = %signed.tx_id, attempt = signed.attempt, reason = kind.reason(), "replacement signed");
         }
         Ok(signed)
     }
+}
+
+/// Everything a declared replacement of an EVM operation's newest attempt needs.
+pub struct ReplacementEvm {
+    /// The store's root subspace.
+    pub root: sigcast_store::tuple::Subspace,
+    /// The operation.
+    pub op_id: String,
+    /// The authenticated caller, for the audit record.
+    pub caller: String,
+    /// The time recorded.
+    pub now: SystemTime,
+    /// Why it is replaced.
+    pub kind: Replacement,
+    /// The attempt the caller saw last: a new one is signed only while it is the newest.
+    pub replaces_attempt: u32,
+    /// What the replacement carries: the operation's intent, or a self-transfer.
+    pub intent: Intent,
+    /// Its parameters, at the operation's nonce.
+    pub params: TxParams,
+    /// The key of the operation's account.
+    pub key: crate::keys::KeyHandle,
+}
+
+/// A declared replacement at the operation's own nonce, inside the caller's store
+/// transaction. The interlock: only the operation that owns the nonce gets a second payload
+/// there, and only while `replaces_attempt` is still its newest attempt (a retried request gets
+/// the newest one back instead of signing twice).
+pub fn sign_replacement_evm(
+    tx: &mut dyn sigcast_store::KvTransaction,
+    r: &ReplacementEvm,
+) -> sigcast_store::Result<Result<Signed>> {
+    let Some(stored) = operations::get(tx, &r.root, &r.op_id)? else {
+        return Ok(Err(Error::NotFound(r.op_id.clone())));
+    };
+    let Some(last) = stored.attempts.last().cloned() else {
+        return Ok(Err(Error::NotFound(r.op_id.clone())));
+    };
+    if last.number != r.replaces_attempt {
+        return Ok(Ok(Signed {
+            tx_id: last.tx_id,
+            attempt: last.number,
+            already_signed: true,
+        }));
+    }
+    // DO NOT TURN THIS OFF: a second payload at a nonce only for the operation that owns it.
+    let nonce = r.params.nonce;
+    let owner = accounts::nonce_owner(tx, &r.root, &stored.chain, &stored.account, nonce)?;
+    if owner.as_deref() != Some(r.op_id.as_str()) {
+        return Ok(Err(Error::Interlock(accounts::NonceTaken {
+            chain: stored.chain.clone(),
+            account: stored.account.clone(),
+            nonce,
+            owner: owner.unwrap_or_default(),
+        })));
+    }
+    let number = last.number + 1;
+    let signing = Signing {
+        root: &r.root,
+        op_id: &r.op_id,
+        attempt: number,
+        purpose: r.kind.purpose(),
+        account: &stored.account,
+        caller: &r.caller,
+        now: r.now,
+    };
+    let signed = match signing.sign_and_record(tx, &r.intent, r.params, &r.key)? {
+        Ok(signed) => signed,
+        Err(e) => return Ok(Err(e)),
+    };
+    let mut op = stored.clone();
+    op.attempts.push(pb::Attempt {
+        number,
+        tx_id: signed.hash.to_string(),
+        outcome: pb::AttemptOutcome::Pending.into(),
+        reason: r.kind.reason().into(),
+        ..Default::default()
+    });
+    operations::put(tx, &r.root, Some(&stored), &mut op, r.now)?;
+    Ok(Ok(Signed {
+        tx_id: signed.hash.to_string(),
+        attempt: number,
+        already_signed: false,
+    }))
 }
 
 /// One signature being made inside a store transaction.

@@ -264,27 +264,63 @@ fn work_is_listed_account_by_account_and_only_until_terminal() {
         .read(|tx| operations::work_accounts(tx, &root, received, "eip155:31337", 100))
         .unwrap();
     assert_eq!(accounts, ["0xA", "0xB", "0xBusy"]);
-    let page = |after: Option<&str>| {
-        s.read(|tx| {
-            operations::work_of_account(tx, &root, received, "eip155:31337", "0xBusy", after, 128)
-        })
-        .unwrap()
-        .into_iter()
-        .map(|op| op.op_id)
-        .collect::<Vec<_>>()
+    let page = |after: Option<&[u8]>| {
+        let (ops, cursor) = s
+            .read(|tx| {
+                operations::work_of_account(
+                    tx,
+                    &root,
+                    received,
+                    "eip155:31337",
+                    "0xBusy",
+                    after,
+                    128,
+                )
+            })
+            .unwrap();
+        (
+            ops.into_iter().map(|op| op.op_id).collect::<Vec<_>>(),
+            cursor,
+        )
     };
-    let first = page(None);
+    let (first, cursor) = page(None);
     assert_eq!(first.len(), 128);
-    let second = page(Some(first.last().unwrap()));
+    let (second, _) = page(cursor.as_deref());
     assert_eq!(second[0], "busy-128");
     // Work moves with the state and leaves once terminal.
+    // Signed operations are listed in nonce order, whatever their op_ids.
+    for (op_id, nonce) in [("busy-000", 9u64), ("busy-001", 3)] {
+        s.run(|tx| {
+            let stored = operations::get(tx, &root, op_id)?.unwrap();
+            let mut op = stored.clone();
+            op.set_state(pb::OperationState::Signed);
+            op.signing = Some(pb::operation::Signing::Evm(pb::EvmSigning { nonce }));
+            operations::put(tx, &root, Some(&stored), &mut op, SystemTime::now())
+        })
+        .unwrap();
+    }
+    let (signed_busy, _) = s
+        .read(|tx| {
+            operations::work_of_account(
+                tx,
+                &root,
+                pb::OperationState::Signed,
+                "eip155:31337",
+                "0xBusy",
+                None,
+                10,
+            )
+        })
+        .unwrap();
+    let order: Vec<&str> = signed_busy.iter().map(|op| op.op_id.as_str()).collect();
+    assert_eq!(order, ["busy-001", "busy-000"], "nonce 3 before nonce 9");
     set_state(s, "a-1", &[pb::OperationState::Signed]);
     let signed = s
         .read(|tx| {
             operations::work_accounts(tx, &root, pb::OperationState::Signed, "eip155:31337", 10)
         })
         .unwrap();
-    assert_eq!(signed, ["0xA"]);
+    assert_eq!(signed, ["0xA", "0xBusy"]);
     set_state(
         s,
         "a-1",
@@ -296,9 +332,9 @@ fn work_is_listed_account_by_account_and_only_until_terminal() {
         pb::OperationState::Confirmed,
     ] {
         assert!(
-            s.read(|tx| operations::work_accounts(tx, &root, state, "eip155:31337", 10))
+            !s.read(|tx| operations::work_accounts(tx, &root, state, "eip155:31337", 10))
                 .unwrap()
-                .is_empty(),
+                .contains(&"0xA".to_owned()),
             "{state:?}"
         );
     }

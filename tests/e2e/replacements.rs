@@ -571,3 +571,70 @@ async fn a_refused_fee_bump_leaves_the_first_attempt_to_land_without_a_gap_fill(
     let to: Address = recipient(0).parse().unwrap();
     assert_eq!(node.balance(to).await.unwrap(), U256::from(6_000u64));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fees_stay_under_the_cap_and_a_bump_it_leaves_no_room_for_is_never_signed() {
+    // anvil's base fee is at most 1 gwei here and its tip 1 gwei: a new transaction would offer
+    // about 3 gwei, a bump 25% more. Under a 2 gwei cap the first is held to 2 gwei (still
+    // includable) and no bump can be 10% above it: the one transaction keeps going out as it is.
+    let cap_gwei = 2;
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        fee_bump_after_ms: 1_000,
+        max_fee_per_gas_gwei: Some(cap_gwei),
+        ..Default::default()
+    })
+    .await;
+    let node = node(&stack).await;
+    pause_mining(&node).await;
+    stack
+        .client()
+        .await
+        .submit_operation(transfer("capped", DEV[0], &recipient(0), 7_000))
+        .await
+        .unwrap();
+    let first = wait_for(&stack, "capped", "accepted", |op| accepted(op, "")).await;
+    // Several bump periods and a rebroadcast period (3 s) pass with the nonce stuck.
+    let resent = wait_for(&stack, "capped", "sent again", |op| {
+        op.attempts.first().is_some_and(|a| a.sends >= 2)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let op = get(&stack, "capped").await;
+    assert_eq!(
+        op.attempts.len(),
+        1,
+        "a replacement was signed although the cap leaves it no room: {op:?}"
+    );
+    assert_eq!(resent.attempts[0].tx_id, first.attempts[0].tx_id);
+    let tx = node
+        .read(
+            "eth_getTransactionByHash",
+            serde_json::json!([first.attempts[0].tx_id]),
+        )
+        .await
+        .unwrap();
+    let max_fee = u128::from_str_radix(
+        tx["maxFeePerGas"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("0x"),
+        16,
+    )
+    .unwrap();
+    assert_eq!(
+        max_fee,
+        u128::from(cap_gwei) * 1_000_000_000,
+        "the first transaction is held to the cap: {tx}"
+    );
+    node.read("evm_setIntervalMining", serde_json::json!([1]))
+        .await
+        .unwrap();
+    let done = wait_terminal(&stack, &["capped".into()], Duration::from_secs(60)).await;
+    let op = &done["capped"];
+    assert_eq!(op.state(), pb::OperationState::Confirmed, "{op:?}");
+    assert_eq!(op.result.as_ref().unwrap().tx_id, op.attempts[0].tx_id);
+    assert_eq!(node.nonce(DEV[0].parse().unwrap()).await.unwrap(), 1);
+    let to: Address = recipient(0).parse().unwrap();
+    assert_eq!(node.balance(to).await.unwrap(), U256::from(7_000u64));
+}

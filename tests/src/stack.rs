@@ -114,6 +114,8 @@ pub struct StackOptions {
     /// secp256k1 keys generated into the signer's keystore (beyond the dev accounts); the
     /// caller funds them (`anvil_setBalance`).
     pub generated_evm_keys: usize,
+    /// The signer's fee cap for the chain, in gwei (`max_fee_per_gas_gwei`); `None`: its default.
+    pub max_fee_per_gas_gwei: Option<u64>,
 }
 
 impl Default for StackOptions {
@@ -137,6 +139,7 @@ impl Default for StackOptions {
             solana_compute_unit_price: 0,
             otlp_endpoint: None,
             generated_evm_keys: 0,
+            max_fee_per_gas_gwei: None,
         }
     }
 }
@@ -188,11 +191,14 @@ impl Stack {
             "[store]\npath = \"{}\"\n",
             path.join("sigcast.db").display()
         );
-        let chain = format!(
+        let mut chain = format!(
             "[[evm_chains]]\nchain_id = 31337\nrpc_urls = [\"{}\"]\ntx_type = \"{}\"\n",
             anvil.url,
             if options.legacy { "legacy" } else { "eip1559" }
         );
+        if let Some(cap) = options.max_fee_per_gas_gwei {
+            chain.push_str(&format!("max_fee_per_gas_gwei = {cap}\n"));
+        }
         std::fs::write(path.join("passphrase"), "e2e passphrase\n").unwrap();
 
         let proxy = match options.faults {

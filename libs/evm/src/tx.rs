@@ -225,6 +225,52 @@ pub fn decode_signed(raw: &[u8]) -> Option<DecodedTx> {
 }
 
 impl Fees {
+    /// The highest price per gas these fees can charge (the fee cap, or the gas price).
+    pub fn max_per_gas(&self) -> u128 {
+        match *self {
+            Fees::Eip1559 {
+                max_fee_per_gas, ..
+            } => max_fee_per_gas,
+            Fees::Legacy { gas_price } => gas_price,
+        }
+    }
+
+    /// These fees held to at most `cap` per gas (the tip too: it cannot exceed the fee cap).
+    pub fn capped(self, cap: u128) -> Fees {
+        match self {
+            Fees::Eip1559 {
+                max_fee_per_gas,
+                max_priority_fee_per_gas,
+            } => Fees::Eip1559 {
+                max_fee_per_gas: max_fee_per_gas.min(cap),
+                max_priority_fee_per_gas: max_priority_fee_per_gas.min(cap),
+            },
+            Fees::Legacy { gas_price } => Fees::Legacy {
+                gas_price: gas_price.min(cap),
+            },
+        }
+    }
+
+    /// Whether a node takes these fees as a replacement of `previous` at the same nonce:
+    /// at least 10% more on every field, and of the same type.
+    pub fn replaces(&self, previous: &Fees) -> bool {
+        let above = |new: u128, old: u128| new >= old + old / 10;
+        match (*self, *previous) {
+            (
+                Fees::Eip1559 {
+                    max_fee_per_gas: fee,
+                    max_priority_fee_per_gas: tip,
+                },
+                Fees::Eip1559 {
+                    max_fee_per_gas: old_fee,
+                    max_priority_fee_per_gas: old_tip,
+                },
+            ) => above(fee, old_fee) && above(tip, old_tip),
+            (Fees::Legacy { gas_price }, Fees::Legacy { gas_price: old }) => above(gas_price, old),
+            _ => false,
+        }
+    }
+
     /// Fees for a replacement at the same nonce: at least `current` and at least 25% above
     /// `previous` on every field (nodes require +10% to replace a pending transaction).
     pub fn bumped(previous: Fees, current: Fees) -> Fees {
@@ -258,6 +304,33 @@ impl Fees {
 #[cfg(test)]
 mod replacement_tests {
     use super::*;
+
+    #[test]
+    fn a_capped_bump_that_no_node_would_take_is_seen_as_such() {
+        let previous = Fees::Eip1559 {
+            max_fee_per_gas: 90,
+            max_priority_fee_per_gas: 10,
+        };
+        let current = Fees::Eip1559 {
+            max_fee_per_gas: 200,
+            max_priority_fee_per_gas: 10,
+        };
+        let bumped = Fees::bumped(previous, current);
+        assert!(bumped.replaces(&previous));
+        assert_eq!(bumped.max_per_gas(), 200);
+        // Under a cap of 95 the bump is held to 95: not 10% above 90, no replacement.
+        let capped = bumped.capped(95);
+        assert_eq!(capped.max_per_gas(), 95);
+        assert!(!capped.replaces(&previous));
+        // Under a cap of 150 it still is one.
+        assert!(bumped.capped(150).replaces(&previous));
+        let legacy = Fees::Legacy { gas_price: 500 };
+        assert_eq!(legacy.capped(100), Fees::Legacy { gas_price: 100 });
+        assert!(
+            !legacy.replaces(&previous),
+            "a type change replaces nothing"
+        );
+    }
     use sigcast_domain::{EvmAddress, EvmTransfer, Wei};
 
     #[test]

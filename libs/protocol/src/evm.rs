@@ -133,12 +133,7 @@ pub(crate) fn in_flight(
         }
         // An earlier attempt may still land; it keeps the nonce.
     }
-    let target = op
-        .attempts
-        .iter()
-        .rev()
-        .find(|a| a.may_land)
-        .unwrap_or(newest);
+    let target = resend_target(op, newest);
     if let Some(after) = rules
         .fee_bump_after
         .filter(|_| bumps_left && !self_transfer)
@@ -151,6 +146,24 @@ pub(crate) fn in_flight(
         }
     }
     resend_when_due(target, now, rules)
+}
+
+/// The attempt that goes out again: the newest that may still land.
+fn resend_target<'a>(op: &'a pb::Operation, newest: &'a pb::Attempt) -> &'a pb::Attempt {
+    op.attempts
+        .iter()
+        .rev()
+        .find(|a| a.may_land)
+        .unwrap_or(newest)
+}
+
+/// What follows a replacement the signer refused at the chain's fee cap: the attempt that may
+/// land keeps going out as it is, when due.
+pub fn at_fee_cap(op: &pb::Operation, now: SystemTime, rules: &Rules) -> Action {
+    match op.attempts.last() {
+        Some(newest) => resend_when_due(resend_target(op, newest), now, rules),
+        None => Action::Wait(Why::NoAttempt),
+    }
 }
 
 /// The same bytes again once `rebroadcast_after` passed since the last send.

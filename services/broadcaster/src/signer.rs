@@ -17,6 +17,8 @@ pub(crate) enum Refusal {
     Operation(String),
     /// The operation waits for a durable-nonce account of its key: not a failure.
     WaitingForNonceAccount,
+    /// A replacement would exceed the chain's fee cap: the earlier attempt stands.
+    AtFeeCap,
     /// Anything else (unreachable, busy, a refusal of the caller): tried again later.
     Failed(tonic::Status),
 }
@@ -93,6 +95,7 @@ fn classify(status: tonic::Status) -> Refusal {
         (tonic::Code::ResourceExhausted, Some("NONCE_ACCOUNTS_BUSY")) => {
             Refusal::WaitingForNonceAccount
         }
+        (tonic::Code::FailedPrecondition, Some("FEE_CAP")) => Refusal::AtFeeCap,
         _ => Refusal::Failed(status),
     }
 }
@@ -147,6 +150,10 @@ mod tests {
                 "NONCE_ACCOUNTS_BUSY"
             )),
             Refusal::WaitingForNonceAccount
+        ));
+        assert!(matches!(
+            classify(refusal(tonic::Code::FailedPrecondition, "FEE_CAP")),
+            Refusal::AtFeeCap
         ));
         assert!(matches!(
             classify(tonic::Status::unavailable("down")),

@@ -27,6 +27,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tracing::Instrument;
 
+/// The signer refused a replacement at the chain's fee cap.
+struct AtFeeCap;
+
 /// Operations of one state worked on per pass, shared fairly by the accounts with work.
 const PASS_BUDGET: usize = 1_024;
 /// How often records written by a data-format-1 process are given their work entries.
@@ -156,6 +159,8 @@ impl Worker {
             Err(Refusal::Failed(status)) => {
                 tracing::warn!(op.id = %op.op_id, code = ?status.code(), message = status.message(), "signing failed; will retry")
             }
+            // Only a replacement meets the cap (a first signature is held to it).
+            Err(Refusal::AtFeeCap) => {}
         }
     }
 
@@ -218,7 +223,7 @@ impl Worker {
                 Some((sending, attempt))
             }
             Action::Replace(replacement) => {
-                let attempt = self.replace(&op, replacement).await?;
+                let attempt = self.replace(&op, replacement).await.ok().flatten()?;
                 let now = SystemTime::now();
                 let sending = self
                     .apply_fact(&op.op_id, move |op| {
@@ -290,27 +295,18 @@ impl Worker {
                 tracing::trace!(op.id = %op.op_id, %why, "nothing to do");
             }
             Action::Sign => {}
-            Action::Send(attempt) => {
-                let resend = op
-                    .attempts
-                    .iter()
-                    .any(|a| a.number == attempt && (a.sends > 0 || a.send_time.is_some()));
-                let now = SystemTime::now();
-                if let Some(op) = self
-                    .apply_decided(&op, move |op| record::record_sending(op, attempt, now))
-                    .await
-                {
-                    if resend {
-                        metrics::inc(&metrics::metrics().resends, &[("chain", op.chain.as_str())]);
+            Action::Send(attempt) => self.send_again(&op, attempt).await,
+            Action::Replace(replacement) => match self.replace(&op, replacement).await {
+                Ok(Some(attempt)) => self.send_new_attempt(&op.op_id, attempt).await,
+                Ok(None) => {}
+                Err(AtFeeCap) => {
+                    let after =
+                        sigcast_protocol::evm::at_fee_cap(&op, SystemTime::now(), &self.rules);
+                    if let Action::Send(attempt) = after {
+                        self.send_again(&op, attempt).await;
                     }
-                    self.send(&op, attempt).await;
                 }
-            }
-            Action::Replace(replacement) => {
-                if let Some(attempt) = self.replace(&op, replacement).await {
-                    self.send_new_attempt(&op.op_id, attempt).await;
-                }
-            }
+            },
             Action::Resign(proof) => {
                 let newest = op.attempts.last().map_or(0, |a| a.number);
                 tracing::info!(op.id = %op.op_id, endpoint = %proof.endpoint, head = proof.head, "no attempt can land: re-signing");
@@ -332,8 +328,31 @@ impl Worker {
         }
     }
 
-    /// Asks the signer for a replacement of the newest attempt; returns the new attempt.
-    async fn replace(&self, op: &pb::Operation, replacement: Replacement) -> Option<u32> {
+    /// Records an attempt as being sent, then sends it (again, if it went out before).
+    async fn send_again(&self, op: &pb::Operation, attempt: u32) {
+        let resend = op
+            .attempts
+            .iter()
+            .any(|a| a.number == attempt && (a.sends > 0 || a.send_time.is_some()));
+        let now = SystemTime::now();
+        if let Some(op) = self
+            .apply_decided(op, move |op| record::record_sending(op, attempt, now))
+            .await
+        {
+            if resend {
+                metrics::inc(&metrics::metrics().resends, &[("chain", op.chain.as_str())]);
+            }
+            self.send(&op, attempt).await;
+        }
+    }
+
+    /// Asks the signer for a replacement of the newest attempt; returns the new attempt, or
+    /// `None` when there is none (yet); `AtFeeCap` when the chain's fee cap leaves no room.
+    async fn replace(
+        &self,
+        op: &pb::Operation,
+        replacement: Replacement,
+    ) -> Result<Option<u32>, AtFeeCap> {
         let newest = op.attempts.last().map_or(0, |a| a.number);
         let purpose = match replacement {
             Replacement::FeeBump => SignPurpose::FeeBump,
@@ -343,12 +362,16 @@ impl Worker {
         match self.signer.sign(&op.op_id, purpose, newest).await {
             Ok(attempt) if attempt != newest => {
                 tracing::info!(op.id = %op.op_id, attempt, reason = %replacement.reason(), "replacement signed");
-                Some(attempt)
+                Ok(Some(attempt))
             }
-            Ok(_) => None,
+            Ok(_) => Ok(None),
+            Err(Refusal::AtFeeCap) => {
+                tracing::debug!(op.id = %op.op_id, purpose = purpose.as_str_name(), "replacement held back by the fee cap");
+                Err(AtFeeCap)
+            }
             Err(refusal) => {
                 tracing::warn!(op.id = %op.op_id, purpose = purpose.as_str_name(), ?refusal, "replacement not signed; will retry");
-                None
+                Ok(None)
             }
         }
     }

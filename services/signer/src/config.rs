@@ -95,6 +95,15 @@ pub struct EvmChainConfig {
     /// Transaction type: EIP-1559 unless the chain needs legacy.
     #[serde(default)]
     pub tx_type: TxType,
+    /// The most any transaction may offer per gas, in gwei (its fee cap, or its gas price):
+    /// new transactions are held to it, and a fee bump or cancel it leaves short of a
+    /// replacement is refused rather than signed.
+    #[serde(default = "default_max_fee_per_gas_gwei")]
+    pub max_fee_per_gas_gwei: u64,
+}
+
+fn default_max_fee_per_gas_gwei() -> u64 {
+    1_000
 }
 
 /// EVM transaction type.
@@ -123,6 +132,7 @@ impl Default for Config {
                 chain_id: 31337,
                 rpc_urls: vec!["http://127.0.0.1:8545".into()],
                 tx_type: TxType::Eip1559,
+                max_fee_per_gas_gwei: default_max_fee_per_gas_gwei(),
             }],
             solana_clusters: Vec::new(),
             rpc_timeout_ms: 10_000,

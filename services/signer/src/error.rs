@@ -96,6 +96,19 @@ pub enum Error {
         /// The chain id the endpoints answered.
         served: u64,
     },
+    /// A replacement at the chain's fee cap would not be taken by any node (less than 10% above
+    /// the attempt it replaces): nothing is signed, the earlier attempt stands.
+    #[error(
+        "operation {op_id:?}: a replacement held to the fee cap of {cap_gwei} gwei would not replace attempt {attempt}"
+    )]
+    FeeCap {
+        /// The op_id.
+        op_id: String,
+        /// The attempt it would replace.
+        attempt: u32,
+        /// The chain's cap.
+        cap_gwei: u64,
+    },
     /// Signing itself failed.
     #[error("signing op {op_id:?} at nonce {nonce}: {reason}")]
     Sign {
@@ -123,6 +136,7 @@ impl Error {
             Error::Interlock(_) | Error::NonceAccountHeld { .. } => "INTERLOCK",
             Error::NotSignable { .. } => "NOT_SIGNABLE",
             Error::NotFound(_) => "NOT_RECORDED",
+            Error::FeeCap { .. } => AT_FEE_CAP,
             _ => return None,
         })
     }
@@ -132,6 +146,9 @@ impl Error {
 const REFUSED_NO_KEY: &str = "NO_KEY";
 /// ErrorInfo reason: the key's policy forbids the operation.
 const REFUSED_BY_POLICY: &str = "POLICY_DENIED";
+
+/// ErrorInfo reason: a replacement would exceed the chain's fee cap.
+const AT_FEE_CAP: &str = "FEE_CAP";
 
 /// ErrorInfo reason: the operation waits for a durable-nonce account of its key.
 const NONCE_ACCOUNTS_BUSY: &str = "NONCE_ACCOUNTS_BUSY";
@@ -172,6 +189,15 @@ impl From<Error> for Status {
             }
             Error::Chain { .. } | Error::Store(_) => {
                 Status::unavailable(format!("{message}; retry the same op_id"))
+            }
+            Error::FeeCap { .. } => {
+                let details = tonic_types::ErrorDetails::with_error_info(
+                    AT_FEE_CAP,
+                    "sigcast-signer",
+                    std::collections::HashMap::new(),
+                );
+                use tonic_types::StatusExt;
+                Status::with_error_details(tonic::Code::FailedPrecondition, message, details)
             }
             Error::Sign { .. } => Status::internal(message),
             Error::UnknownPurpose(_) => Status::invalid_argument(message),

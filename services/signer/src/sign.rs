@@ -72,6 +72,10 @@ pub struct Signed {
 struct EvmChain {
     pool: EvmRpc,
     tx_type: TxType,
+    /// The most any transaction offers per gas, in wei.
+    max_fee_per_gas: u128,
+    /// The same, in gwei, for messages.
+    max_fee_per_gas_gwei: u64,
     /// The last fees read and when: under load every signature would otherwise read them.
     fees: std::sync::Mutex<Option<(std::time::Instant, Fees)>>,
     /// Each account's nonce as last read from the chain, and when.
@@ -160,6 +164,8 @@ impl Signer {
                 EvmChain {
                     pool: EvmRpc::new(&chain.rpc_urls, timeout)?,
                     tx_type: chain.tx_type,
+                    max_fee_per_gas: u128::from(chain.max_fee_per_gas_gwei) * 1_000_000_000,
+                    max_fee_per_gas_gwei: chain.max_fee_per_gas_gwei,
                     fees: std::sync::Mutex::new(None),
                     nonces: std::sync::Mutex::new(HashMap::new()),
                     verified: std::sync::atomic::AtomicBool::new(false),
@@ -387,7 +393,7 @@ impl Signer {
         let (chain_nonce, fees) = tokio::join!(chain.chain_nonce(from), chain.current_fees());
         let (chain_nonce, fees) = (
             chain_nonce.map_err(chain_error)?,
-            fees.map_err(chain_error)?,
+            fees.map_err(chain_error)?.capped(chain.max_fee_per_gas),
         );
         let gas_limit = match &intent {
             Intent::EvmContractCall(c) => match c.gas_limit {
@@ -645,7 +651,12 @@ impl Signer {
             op_id: op_id.to_owned(),
             source,
         })?;
-        let fees = Fees::bumped(previous.fees, current);
+        let fees = replacement_fees(kind, previous.fees, current, chain.max_fee_per_gas)
+            .ok_or_else(|| Error::FeeCap {
+                op_id: op_id.to_owned(),
+                attempt: replaces_attempt,
+                cap_gwei: chain.max_fee_per_gas_gwei,
+            })?;
         let (intent, gas_limit) = match kind {
             Replacement::FeeBump => (intent, previous.gas_limit),
             Replacement::Cancel | Replacement::GapFill => (
@@ -684,6 +695,20 @@ impl Signer {
         }
         Ok(signed)
     }
+}
+
+/// The fees of a `kind` replacement of an attempt signed with `previous`, with fees at
+/// `current` now, held to `cap` per gas; `None` when the cap leaves no room for a replacement
+/// a node would take. A gap fill replaces nothing in a pool (every attempt was refused); a fee
+/// bump or a cancel no node takes would only be a second payload at the nonce.
+pub fn replacement_fees(
+    kind: Replacement,
+    previous: Fees,
+    current: Fees,
+    cap: u128,
+) -> Option<Fees> {
+    let fees = Fees::bumped(previous, current).capped(cap);
+    (kind == Replacement::GapFill || fees.replaces(&previous)).then_some(fees)
 }
 
 /// Everything a declared replacement of an EVM operation's newest attempt needs.

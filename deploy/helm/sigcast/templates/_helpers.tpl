@@ -86,6 +86,9 @@ chain_id = {{ int64 .chainId }}
 rpc_urls = [{{ range $i, $u := .rpcUrls }}{{ if $i }}, {{ end }}{{ $u | quote }}{{ end }}]
 {{- if $.withSettings }}
 tx_type = {{ default "eip1559" .txType | quote }}
+{{- if .maxFeePerGasGwei }}
+max_fee_per_gas_gwei = {{ int64 .maxFeePerGasGwei }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- range .root.Values.chains.solana }}

@@ -59,7 +59,8 @@ async fn nonce_at(
     let value = endpoint
         .request(
             "eth_getTransactionCount",
-            json!([account.to_string(), hex(number)]),
+            // Lowercase hex: a checksummed address costs a Keccak hash per request.
+            json!([format!("{account:#x}"), hex(number)]),
         )
         .await?;
     quantity(&value).ok_or_else(|| malformed(endpoint, "a transaction count", &value))
@@ -194,7 +195,7 @@ async fn in_block(
         return Ok(None);
     };
     let block = block_ref(endpoint, &value)?;
-    let account_text = account.to_string();
+    let account_text = format!("{account:#x}");
     let found = value
         .get("transactions")
         .and_then(Value::as_array)

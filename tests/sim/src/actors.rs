@@ -1,0 +1,619 @@
+//! The simulated processes. The signer and broadcaster replicas are the product's flows, one
+//! step at a time: the broadcaster reads its work from the store, reads evidence with the
+//! product's readers from simulated endpoints, calls the product's `decide`, and applies the
+//! action with the product's record functions in store transactions guarded as the worker
+//! guards them; the signer signs with the product's signing bodies and in-process keys.
+
+use crate::exec::{now_ms, sleep, system_time, yield_now};
+use crate::world::{Tamper, World};
+use alloy_signer_local::PrivateKeySigner;
+use rand::Rng;
+use rand::rngs::StdRng;
+use serde_json::json;
+use sigcast_domain::{EvmAddress, EvmTransfer, Intent, OpId, Wei};
+use sigcast_evm::{Address, B256, Fees, TxParams, params_of};
+use sigcast_jsonrpc::Endpoint;
+use sigcast_proto::{intent_from_proto, new_operation, pb};
+use sigcast_protocol::record;
+use sigcast_protocol::{Action, Evidence, Replacement, Settlement, Why, decide, reasons};
+use sigcast_signer::{
+    InitialEvm, Replacement as SignerReplacement, ReplacementEvm, replacement_fees,
+    sign_initial_evm, sign_replacement_evm,
+};
+use sigcast_store::operations::{self, Guard, SubmitOutcome};
+use sigcast_store::{accounts, tuple::Subspace};
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// What a broadcaster asks of the signer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// The first signature.
+    Initial,
+    /// A replacement at the same nonce.
+    Replace(Replacement),
+}
+
+/// A request to the signer and the slot its answer goes to.
+pub(crate) struct SignJob {
+    op_id: String,
+    purpose: Purpose,
+    replaces: u32,
+    reply: Arc<std::sync::Mutex<Option<Result<u32, String>>>>,
+}
+
+const CHAIN: &str = "eip155:31337";
+const SIGN_TIMEOUT_MS: u64 = 3_000;
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The client side: submits operations, replays some, conflicts on purpose, cancels some.
+pub(crate) async fn gateway(world: Rc<World>, mut rng: StdRng) {
+    for i in 0..world.settings.ops {
+        sleep(rng.gen_range(0..world.settings.submit_spread_ms)).await;
+        let account = rng.gen_range(0..world.accounts.len());
+        let op_id = format!("op-{i:03}");
+        let new = transfer(&world, &op_id, account, 1_000 + i as u64);
+        let root = world.store.root().clone();
+        let submitted = world
+            .store
+            .run(|tx| operations::submit(tx, &root, new.clone(), system_time()))
+            .await;
+        // A commit whose result was unknown runs the submit again, which then finds the
+        // operation it created: the client gets it as a replay, with the same intent.
+        match submitted {
+            Ok(SubmitOutcome::Created(_)) => world.trace(format!("gateway: {op_id} received")),
+            Ok(SubmitOutcome::Replayed(ref op)) if op.intent == new.intent => {
+                world.trace(format!("gateway: {op_id} received (commit result unknown)"))
+            }
+            other => world.violation(format!("a new op_id was not created: {other:?}")),
+        }
+        world.submitted.lock().unwrap().push(op_id.clone());
+        // The same submit again: a replay, never a second operation.
+        if rng.gen_bool(0.2) {
+            let again = world
+                .store
+                .run(|tx| operations::submit(tx, &root, new.clone(), system_time()))
+                .await;
+            if !matches!(again, Ok(SubmitOutcome::Replayed(_))) {
+                world.violation(format!(
+                    "a repeated submit of {op_id} was not a replay: {again:?}"
+                ));
+            }
+        }
+        // The same op_id for another payment: refused, nothing overwritten.
+        if rng.gen_bool(0.05) {
+            let other = transfer(&world, &op_id, account, 7);
+            let conflict = world
+                .store
+                .run(|tx| operations::submit(tx, &root, other.clone(), system_time()))
+                .await;
+            if !matches!(conflict, Ok(SubmitOutcome::Conflict(ref op)) if op.intent == new.intent) {
+                world.violation(format!(
+                    "a conflicting submit of {op_id} was not refused: {conflict:?}"
+                ));
+            }
+        }
+        if rng.gen_bool(world.settings.cancel_rate) {
+            let delay = rng.gen_range(0..3_000);
+            let world = world.clone();
+            let op_id = op_id.clone();
+            world.clone().spawn(format!("cancel-{op_id}"), async move {
+                sleep(delay).await;
+                let root = world.store.root().clone();
+                let outcome = world
+                    .store
+                    .run(|tx| operations::cancel(tx, &root, &op_id, system_time()))
+                    .await;
+                world.trace(format!("gateway: cancel {op_id}: {outcome:?}"));
+            });
+        }
+    }
+}
+
+fn transfer(world: &World, op_id: &str, account: usize, value: u64) -> pb::Operation {
+    let intent = Intent::EvmTransfer(EvmTransfer {
+        chain_id: 31337,
+        from: EvmAddress::from(world.accounts[account].0.0),
+        to: EvmAddress::from([0xbe; 20]),
+        value: Wei::parse(&value.to_string()).expect("a decimal amount"),
+    });
+    new_operation(&OpId::parse(op_id).expect("a valid op_id"), &intent)
+}
+
+/// Another holder of the keys, sending at the accounts' next nonces straight to the pool.
+pub(crate) async fn outside_sender(world: Rc<World>, mut rng: StdRng) {
+    loop {
+        sleep(rng.gen_range(2_000..10_000)).await;
+        if !world.faulty() {
+            return;
+        }
+        let account = rng.gen_range(0..world.accounts.len());
+        let key = &world.keys[account];
+        let raw = {
+            let chain = world.chain.lock().unwrap();
+            let nonce = chain.nonce(&world.accounts[account]);
+            sign(key, nonce, 50_000_000_000, 10_000_000_000)
+        };
+        let sent = world.chain.lock().unwrap().submit(&raw);
+        if let Ok(hash) = sent {
+            world.trace(format!("outside: {hash} from account {account}"));
+            world.foreign.lock().unwrap().insert(hash);
+        }
+    }
+}
+
+/// A transfer signed by `key` outside sigcast.
+fn sign(key: &PrivateKeySigner, nonce: u64, max_fee: u128, tip: u128) -> Vec<u8> {
+    use alloy_signer::SignerSync;
+    let intent = Intent::EvmTransfer(EvmTransfer {
+        chain_id: 31337,
+        from: EvmAddress::from(key.address().0.0),
+        to: EvmAddress::from([0x0f; 20]),
+        value: Wei::parse("1").expect("one wei"),
+    });
+    let params = TxParams {
+        nonce,
+        gas_limit: 21_000,
+        fees: Fees::Eip1559 {
+            max_fee_per_gas: max_fee,
+            max_priority_fee_per_gas: tip,
+        },
+    };
+    let unsigned = sigcast_evm::build_transaction(&intent, params).expect("a transfer");
+    let signature = key
+        .sign_hash_sync(&unsigned.signature_hash())
+        .expect("signing");
+    unsigned.into_signed(signature).raw
+}
+
+/// The signer's answer to a replacement the fee cap leaves no room for.
+const AT_FEE_CAP: &str = "FEE_CAP";
+
+/// One signer replica: takes jobs from the shared queue, one at a time.
+pub(crate) async fn signer(world: Rc<World>, name: String, mut rng: StdRng) {
+    loop {
+        let job = world.sign_jobs.lock().unwrap().pop_front();
+        let Some(job) = job else {
+            sleep(5).await;
+            continue;
+        };
+        let answer = sign_one(&world, &job, &mut rng).await;
+        world.trace(format!(
+            "{name}: {} {:?} → {answer:?}",
+            job.op_id, job.purpose
+        ));
+        *job.reply.lock().unwrap() = Some(answer);
+    }
+}
+
+/// The current fees, from one endpoint's head, as the signer reads them.
+async fn fees(world: &World, endpoint: usize) -> Result<Fees, String> {
+    let latest = world.endpoints[endpoint]
+        .request("eth_getBlockByNumber", json!(["latest", false]))
+        .await
+        .map_err(|e| e.to_string())?;
+    let base = latest
+        .get("baseFeePerGas")
+        .and_then(sigcast_jsonrpc::quantity_u128)
+        .ok_or("no base fee")?;
+    let tip = 1_000_000_000;
+    Ok(Fees::Eip1559 {
+        max_fee_per_gas: base * 2 + tip,
+        max_priority_fee_per_gas: tip,
+    })
+}
+
+async fn sign_one(world: &World, job: &SignJob, rng: &mut StdRng) -> Result<u32, String> {
+    let root = world.store.root().clone();
+    let op = world
+        .store
+        .read(|tx| operations::get(tx, &root, &job.op_id))
+        .map_err(|e| e.to_string())?
+        .ok_or("not recorded")?;
+    let rules = world.intent_rules();
+    let intent =
+        intent_from_proto("intent", op.intent.as_ref(), &rules).map_err(|v| format!("{v:?}"))?;
+    let Intent::EvmTransfer(transfer) = &intent else {
+        return Err("only EVM transfers are simulated".into());
+    };
+    let from = Address::from(*transfer.from.as_bytes());
+    let index = world
+        .accounts
+        .iter()
+        .position(|a| *a == from)
+        .ok_or("no key")?;
+    let key = sigcast_signer::keys::KeyHandle::Keystore(Arc::new(world.keys[index].clone()));
+    let endpoint = rng.gen_range(0..world.endpoints.len());
+    match job.purpose {
+        Purpose::Initial => {
+            let chain_nonce = world.endpoints[endpoint]
+                .request(
+                    "eth_getTransactionCount",
+                    json!([from.to_string(), "latest"]),
+                )
+                .await
+                .ok()
+                .and_then(|v| sigcast_jsonrpc::quantity(&v))
+                .ok_or("nonce unreadable")?;
+            let fees = fees(world, endpoint).await?.capped(world.fee_cap());
+            let request = InitialEvm {
+                root,
+                op_id: job.op_id.clone(),
+                caller: "sim".into(),
+                now: system_time(),
+                intent: intent.clone(),
+                policy: None,
+                value: sigcast_evm::U256::from(1_000u64),
+                chain_nonce,
+                gas_limit: 21_000,
+                fees,
+                key,
+            };
+            match world
+                .store
+                .run_or_refuse(|tx| sign_initial_evm(tx, &request))
+                .await
+            {
+                Ok(Ok(signed)) => Ok(signed.attempt),
+                Ok(Err(refusal)) => Err(refusal.to_string()),
+                Err(error) => Err(error.to_string()),
+            }
+        }
+        Purpose::Replace(replacement) => {
+            let kind = match replacement {
+                Replacement::FeeBump => SignerReplacement::FeeBump,
+                Replacement::Cancel => SignerReplacement::Cancel,
+                Replacement::GapFill => SignerReplacement::GapFill,
+            };
+            if !matches!(
+                op.state(),
+                pb::OperationState::Signed | pb::OperationState::Sent
+            ) {
+                return Err(format!("{:?}: not replaced", op.state()));
+            }
+            let last = op.attempts.last().ok_or("no attempt")?;
+            if let Some(existing) = op
+                .attempts
+                .iter()
+                .find(|a| record::reason_of(a).takes_the_nonce_instead())
+            {
+                return Ok(existing.number);
+            }
+            if last.number != job.replaces {
+                return Ok(last.number);
+            }
+            let previous = world
+                .store
+                .read(|tx| accounts::payload(tx, &root, &job.op_id, last.number))
+                .map_err(|e| e.to_string())?
+                .and_then(|raw| params_of(&raw))
+                .ok_or("previous payload unreadable")?;
+            let current = fees(world, endpoint).await?;
+            let fees = replacement_fees(kind, previous.fees, current, world.fee_cap())
+                .ok_or(AT_FEE_CAP)?;
+            let (intent, gas_limit) = match kind {
+                SignerReplacement::FeeBump => (intent.clone(), previous.gas_limit),
+                SignerReplacement::Cancel | SignerReplacement::GapFill => (
+                    Intent::EvmTransfer(EvmTransfer {
+                        chain_id: 31337,
+                        from: transfer.from,
+                        to: transfer.from,
+                        value: Wei::zero(),
+                    }),
+                    21_000,
+                ),
+            };
+            let request = ReplacementEvm {
+                root,
+                op_id: job.op_id.clone(),
+                caller: "sim".into(),
+                now: system_time(),
+                kind,
+                replaces_attempt: job.replaces,
+                intent,
+                params: TxParams {
+                    nonce: previous.nonce,
+                    gas_limit,
+                    fees,
+                },
+                key,
+            };
+            match world
+                .store
+                .run_or_refuse(|tx| sign_replacement_evm(tx, &request))
+                .await
+            {
+                Ok(Ok(signed)) => Ok(signed.attempt),
+                Ok(Err(refusal)) => Err(refusal.to_string()),
+                Err(error) => Err(error.to_string()),
+            }
+        }
+    }
+}
+
+/// Asks a signer replica, waiting at most [`SIGN_TIMEOUT_MS`] (a crashed replica never
+/// answers).
+async fn ask_signer(
+    world: &World,
+    op_id: &str,
+    purpose: Purpose,
+    replaces: u32,
+) -> Result<u32, String> {
+    let reply = Arc::new(std::sync::Mutex::new(None));
+    world.sign_jobs.lock().unwrap().push_back(SignJob {
+        op_id: op_id.to_owned(),
+        purpose,
+        replaces,
+        reply: reply.clone(),
+    });
+    let deadline = now_ms() + SIGN_TIMEOUT_MS;
+    loop {
+        if let Some(answer) = reply.lock().unwrap().take() {
+            return answer;
+        }
+        if now_ms() >= deadline {
+            return Err("signer timed out".into());
+        }
+        sleep(10).await;
+    }
+}
+
+/// One broadcaster replica: the worker's passes, one operation at a time.
+pub(crate) async fn broadcaster(world: Rc<World>, name: String, mut rng: StdRng) {
+    loop {
+        sleep(world.settings.poll_ms).await;
+        for state in [
+            pb::OperationState::Received,
+            pb::OperationState::Signed,
+            pb::OperationState::Sent,
+        ] {
+            let mut ops = list_work(&world, state);
+            if state == pb::OperationState::Signed {
+                ops.sort_by_key(|op| (op.account.clone(), sigcast_protocol::evm::nonce_of(op)));
+            }
+            yield_now().await;
+            for op in ops {
+                work_on(&world, &name, op, &mut rng).await;
+            }
+        }
+    }
+}
+
+/// The work of one state, as the worker lists it: account by account.
+fn list_work(world: &World, state: pb::OperationState) -> Vec<pb::Operation> {
+    let root = world.store.root().clone();
+    world
+        .store
+        .read(|tx| {
+            let mut ops = Vec::new();
+            for account in operations::work_accounts(tx, &root, state, CHAIN, 1_000)? {
+                let (taken, _) =
+                    operations::work_of_account(tx, &root, state, CHAIN, &account, None, 64)?;
+                ops.extend(taken);
+            }
+            Ok(ops)
+        })
+        .unwrap_or_default()
+}
+
+async fn work_on(world: &Rc<World>, name: &str, op: pb::Operation, rng: &mut StdRng) {
+    let mut evidence = Evidence::None;
+    let mut action = decide(&op, &evidence, system_time(), &world.rules);
+    if matches!(action, Action::ReadMore(_)) {
+        let account: Address = op.account.parse().expect("an EVM account");
+        let Some(nonce) = sigcast_protocol::evm::nonce_of(&op) else {
+            return;
+        };
+        let hashes: Vec<B256> = op
+            .attempts
+            .iter()
+            .filter_map(|a| a.tx_id.parse().ok())
+            .collect();
+        let mut order: Vec<usize> = (0..world.endpoints.len()).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.gen_range(0..=i));
+        }
+        for index in order {
+            if !matches!(action, Action::ReadMore(_)) {
+                break;
+            }
+            let endpoint = &world.endpoints[index];
+            let Ok(view) =
+                sigcast_evm::evidence::read_view(endpoint, account, nonce, &hashes).await
+            else {
+                continue;
+            };
+            let views = match &mut evidence {
+                Evidence::Evm(views) => views,
+                _ => {
+                    evidence = Evidence::Evm(Vec::new());
+                    match &mut evidence {
+                        Evidence::Evm(views) => views,
+                        _ => unreachable!("just set"),
+                    }
+                }
+            };
+            views.push(view);
+            action = decide(&op, &evidence, system_time(), &world.rules);
+        }
+    }
+    action = tamper(world, &op, action);
+    match &action {
+        Action::Wait(_) | Action::ReadMore(_) => return,
+        _ => world.trace(format!(
+            "{name}: {} rev {} {:?} → {}",
+            op.op_id,
+            op.revision,
+            op.state(),
+            describe(&action)
+        )),
+    }
+    match action {
+        Action::Wait(_) | Action::ReadMore(_) | Action::Resign(_) => {}
+        Action::Sign => {
+            let answer = ask_signer(world, &op.op_id, Purpose::Initial, 0).await;
+            world.trace(format!("{name}: {} signed: {answer:?}", op.op_id));
+        }
+        Action::Send(attempt) => {
+            let at = system_time();
+            let sending = apply(world, &op, world.decided_guard(&op), move |o| {
+                record::record_sending(o, attempt, at)
+            })
+            .await;
+            if sending.is_some() {
+                send(world, name, &op.op_id, attempt, rng).await;
+            }
+        }
+        Action::Replace(replacement) => {
+            let newest = op.attempts.last().map_or(0, |a| a.number);
+            match ask_signer(world, &op.op_id, Purpose::Replace(replacement), newest).await {
+                Ok(attempt) if attempt != newest => {
+                    let at = system_time();
+                    let sending = apply(world, &op, Guard::NotTerminal, move |o| {
+                        record::record_sending(o, attempt, at)
+                    })
+                    .await;
+                    if sending.is_some() {
+                        send(world, name, &op.op_id, attempt, rng).await;
+                    }
+                }
+                Err(refusal) if refusal == AT_FEE_CAP => {
+                    world.trace(format!("{name}: {} replacement at the fee cap", op.op_id));
+                    let after = sigcast_protocol::evm::at_fee_cap(&op, system_time(), &world.rules);
+                    if let Action::Send(attempt) = after {
+                        let at = system_time();
+                        let sending = apply(world, &op, world.decided_guard(&op), move |o| {
+                            record::record_sending(o, attempt, at)
+                        })
+                        .await;
+                        if sending.is_some() {
+                            send(world, name, &op.op_id, attempt, rng).await;
+                        }
+                    }
+                }
+                other => world.trace(format!("{name}: {} replacement: {other:?}", op.op_id)),
+            }
+        }
+        Action::Settle(settlement) => {
+            let settled = apply(world, &op, world.decided_guard(&op), move |o| {
+                record::settle(o, &settlement);
+                true
+            })
+            .await;
+            if let Some(op) = settled {
+                world.trace(format!(
+                    "{name}: {} settled {:?} {:?}",
+                    op.op_id,
+                    op.state(),
+                    op.error.as_ref().map(|e| e.reason.as_str())
+                ));
+                world.check_now();
+            }
+        }
+    }
+}
+
+/// The broken decisions the simulation must catch (never used by the product).
+fn tamper(world: &World, op: &pb::Operation, action: Action) -> Action {
+    match (world.settings.tamper, &action) {
+        (Tamper::NullReceiptRejects, Action::ReadMore(Why::NonceUsedUnidentified)) => {
+            Action::Settle(Settlement {
+                state: sigcast_domain::OperationState::Rejected,
+                result: None,
+                error: Some(pb::OperationError {
+                    reason: reasons::NONCE_CONSUMED_EXTERNALLY.into(),
+                    message: format!("{}: nonce past ours, no receipt", op.op_id),
+                }),
+                evidence: None,
+            })
+        }
+        _ => action,
+    }
+}
+
+fn describe(action: &Action) -> String {
+    match action {
+        Action::Settle(s) => format!(
+            "settle {:?} {}",
+            s.state,
+            s.evidence.as_ref().map_or(String::new(), |e| format!(
+                "{} in block {}",
+                e.tx_id, e.block_number
+            ))
+        ),
+        Action::Replace(r) => format!("replace {r:?}"),
+        Action::Send(n) => format!("send attempt {n}"),
+        other => other.name().to_owned(),
+    }
+}
+
+/// Applies a change in one store transaction, as the worker does.
+async fn apply(
+    world: &World,
+    op: &pb::Operation,
+    guard: Guard,
+    mut change: impl FnMut(&mut pb::Operation) -> bool,
+) -> Option<pb::Operation> {
+    let root: Subspace = world.store.root().clone();
+    match world
+        .store
+        .run(|tx| operations::update(tx, &root, &op.op_id, guard, &mut change, system_time()))
+        .await
+    {
+        Ok(Some((_, updated))) => Some(updated),
+        Ok(None) => None,
+        Err(error) => {
+            world.trace(format!("store: {} {error}", op.op_id));
+            None
+        }
+    }
+}
+
+/// Sends an attempt's stored bytes to one endpoint and records what it answered.
+async fn send(world: &Rc<World>, name: &str, op_id: &str, attempt: u32, rng: &mut StdRng) {
+    let root = world.store.root().clone();
+    let Ok(Some(raw)) = world
+        .store
+        .read(|tx| accounts::payload(tx, &root, op_id, attempt))
+    else {
+        world.violation(format!(
+            "{op_id} attempt {attempt}: no stored payload to send"
+        ));
+        return;
+    };
+    world.record_sent(op_id, attempt, &raw);
+    let endpoint = &world.endpoints[rng.gen_range(0..world.endpoints.len())];
+    let answer = endpoint
+        .request(
+            "eth_sendRawTransaction",
+            json!([format!("0x{}", hex(&raw))]),
+        )
+        .await;
+    let outcome = sigcast_evm::send_outcome(&answer);
+    world.trace(format!(
+        "{name}: {op_id} attempt {attempt} sent to {} → {outcome:?}",
+        endpoint.label()
+    ));
+    let at = system_time();
+    let label = endpoint.label().to_owned();
+    let root2 = root.clone();
+    let _ = world
+        .store
+        .run(|tx| {
+            operations::update(
+                tx,
+                &root2,
+                op_id,
+                Guard::NotTerminal,
+                &mut |o| {
+                    record::record_outcome(o, attempt, &label, &outcome, at);
+                    true
+                },
+                at,
+            )
+        })
+        .await;
+}

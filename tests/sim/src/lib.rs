@@ -1,0 +1,331 @@
+//! A deterministic simulation of sigcast's protocol, FoundationDB-style: one seed decides
+//! everything — how many accounts, endpoints and replicas, the store backend, which endpoint
+//! lags, freezes, shows state before receipts or prunes, which sends are lost before or after
+//! the pool took them, when the chain reorganises and another holder of the keys sends, when
+//! a signer or broadcaster replica is killed, which commits have an unknown result — and the
+//! order in which every process takes its next step. The product's own code runs inside:
+//! `sigcast_protocol::decide`, the evidence readers of `sigcast_evm`, the record functions,
+//! the store's transaction bodies and the signer's signing bodies with in-process keys.
+//! The invariants of `check` are checked after every change of the chain and every settlement,
+//! and, once the faults stop, every operation must be terminal within a bound.
+//!
+//! Not simulated: Solana, durable nonces, contract calls, the gRPC layers, group commit, and
+//! the gateway's validation (each covered by other tests).
+
+mod actors;
+mod chain;
+mod check;
+mod exec;
+mod kv;
+mod node;
+mod world;
+
+pub use kv::Backend;
+pub use world::{Settings, Tamper};
+
+use alloy_signer_local::PrivateKeySigner;
+use exec::{Executor, now_ms, sleep};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use world::World;
+
+/// What one seed did.
+#[derive(Debug)]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// Its settings.
+    pub settings: Settings,
+    /// Invariants broken (empty: the seed passed).
+    pub violations: Vec<String>,
+    /// The trace's last lines.
+    pub trace: Vec<String>,
+    /// Steps taken.
+    pub steps: u64,
+    /// Simulated time, in milliseconds.
+    pub sim_ms: u64,
+    /// Blocks mined, and reorganisations.
+    pub blocks: u64,
+    /// Transactions retried by the simulated FoundationDB.
+    pub retries: u64,
+}
+
+impl Settings {
+    /// The settings seed `seed` draws.
+    pub fn draw(seed: u64) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
+        let max_reorg = rng.gen_range(0..=2);
+        Settings {
+            backend: if rng.gen_bool(0.8) {
+                Backend::Fdb
+            } else {
+                Backend::Sqlite
+            },
+            accounts: rng.gen_range(1..=3),
+            ops: rng.gen_range(4..=16),
+            endpoints: rng.gen_range(1..=3),
+            signers: rng.gen_range(1..=2),
+            broadcasters: rng.gen_range(1..=2),
+            max_reorg,
+            confirmations: max_reorg as u64 + 1,
+            submit_spread_ms: rng.gen_range(50..1_500),
+            cancel_rate: if rng.gen_bool(0.3) { 0.2 } else { 0.0 },
+            poll_ms: 200,
+            fault_ms: rng.gen_range(10_000..30_000),
+            settle_ms: 150_000,
+            crash_rate: if rng.gen_bool(0.5) { 0.002 } else { 0.0 },
+            gas_limit: rng.gen_range(2..=8),
+            unknown_commits: if rng.gen_bool(0.5) { 0.05 } else { 0.0 },
+            outside_sender: rng.gen_bool(0.4),
+            tamper: Tamper::None,
+        }
+    }
+}
+
+/// Runs one seed with `settings`; `live_trace` prints the trace as it goes (a replay).
+pub fn run(seed: u64, settings: Settings, live_trace: bool) -> Report {
+    exec::reset_clock();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let chain = Arc::new(Mutex::new(chain::Chain::new(settings.gas_limit)));
+    let endpoints = (0..settings.endpoints)
+        .map(|i| node::SimEndpoint::new(i, chain.clone(), StdRng::seed_from_u64(seed + i as u64)))
+        .collect();
+    let store = kv::SimStore::open(
+        settings.backend,
+        kv::FdbFaults {
+            unknown_result: settings.unknown_commits,
+        },
+        StdRng::seed_from_u64(seed.wrapping_mul(31)),
+    );
+    let keys: Vec<PrivateKeySigner> = (0..settings.accounts)
+        .map(|i| {
+            let mut bytes = [0u8; 32];
+            bytes[..8].copy_from_slice(&seed.to_be_bytes());
+            bytes[31] = i as u8 + 1;
+            PrivateKeySigner::from_bytes(&bytes.into()).expect("a valid key")
+        })
+        .collect();
+    let rules = sigcast_protocol::Rules {
+        confirmations: match settings.tamper {
+            Tamper::NoDepth => 1,
+            _ => settings.confirmations,
+        },
+        check_after: std::time::Duration::from_millis(500),
+        rebroadcast_after: std::time::Duration::from_millis(3_000),
+        fee_bump_after: Some(std::time::Duration::from_millis(8_000)),
+        max_fee_bumps: match settings.tamper {
+            Tamper::UnboundedBumps => u32::MAX,
+            _ => world::MAX_FEE_BUMPS,
+        },
+        ..sigcast_protocol::Rules::default()
+    };
+    let world = Rc::new(World::new(
+        settings.clone(),
+        chain.clone(),
+        endpoints,
+        store,
+        keys,
+        rules,
+        live_trace,
+    ));
+    world.trace(format!("seed {seed}: {settings:?}"));
+
+    let mut executor = Executor::default();
+    let fork = |rng: &mut StdRng| StdRng::seed_from_u64(rng.r#gen());
+    executor.spawn("gateway", actors::gateway(world.clone(), fork(&mut rng)));
+    if settings.outside_sender {
+        executor.spawn(
+            "outside",
+            actors::outside_sender(world.clone(), fork(&mut rng)),
+        );
+    }
+    let processes: Vec<String> = (0..settings.signers)
+        .map(|i| format!("signer-{i}"))
+        .chain((0..settings.broadcasters).map(|i| format!("broadcaster-{i}")))
+        .collect();
+    for name in &processes {
+        start(&mut executor, &world, name, fork(&mut rng));
+    }
+    executor.spawn("miner", miner(world.clone(), fork(&mut rng)));
+    executor.spawn("chaos", chaos(world.clone(), fork(&mut rng)));
+    for i in 0..settings.endpoints {
+        executor.spawn(
+            format!("sync-{i}"),
+            syncer(world.clone(), i, fork(&mut rng)),
+        );
+    }
+
+    let mut steps = 0u64;
+    let mut restarts: Vec<(u64, String)> = Vec::new();
+    loop {
+        steps += 1;
+        executor.step(&mut rng);
+        for (name, future) in world.take_spawns() {
+            executor.spawn(name, future);
+        }
+        if world.faulty() {
+            if rng.gen_bool(settings.crash_rate) {
+                let name = &processes[rng.gen_range(0..processes.len())];
+                if executor.kill(name) {
+                    world.trace(format!("CRASH {name}"));
+                    restarts.push((now_ms() + rng.gen_range(100..3_000), name.clone()));
+                }
+            }
+            if now_ms() >= settings.fault_ms {
+                world.end_faults();
+                world.trace("faults end".into());
+            }
+        }
+        restarts.retain(|(at, name)| {
+            if now_ms() >= *at || !world.faulty() {
+                world.trace(format!("RESTART {name}"));
+                start(&mut executor, &world, name, StdRng::seed_from_u64(*at));
+                false
+            } else {
+                true
+            }
+        });
+        if world.take_check() || steps.is_multiple_of(500) {
+            check::check(&world, false);
+        }
+        let done = !world.faulty() && all_terminal(&world);
+        let overdue = now_ms() > settings.fault_ms + settings.settle_ms;
+        if done || overdue || !world.violations().is_empty() {
+            if world.violations().is_empty() {
+                check::check(&world, true);
+            }
+            break;
+        }
+    }
+    let blocks = chain.lock().unwrap().blocks.len() as u64;
+    Report {
+        seed,
+        settings,
+        violations: world.violations(),
+        trace: world.trace_lines(),
+        steps,
+        sim_ms: now_ms(),
+        blocks,
+        retries: world.store.retries(),
+    }
+}
+
+fn start(executor: &mut Executor, world: &Rc<World>, name: &str, rng: StdRng) {
+    let future: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> =
+        if name.starts_with("signer") {
+            Box::pin(actors::signer(world.clone(), name.to_owned(), rng))
+        } else {
+            Box::pin(actors::broadcaster(world.clone(), name.to_owned(), rng))
+        };
+    executor.spawn(name, future);
+}
+
+fn all_terminal(world: &World) -> bool {
+    let ids = world.submitted.lock().unwrap().clone();
+    if ids.len() < world.settings.ops {
+        return false;
+    }
+    let root = world.store.root().clone();
+    world
+        .store
+        .read(|tx| {
+            for id in &ids {
+                let Some(op) = sigcast_store::operations::get(tx, &root, id)? else {
+                    return Ok(false);
+                };
+                if !matches!(
+                    op.state(),
+                    sigcast_proto::pb::OperationState::Confirmed
+                        | sigcast_proto::pb::OperationState::Rejected
+                        | sigcast_proto::pb::OperationState::Cancelled
+                ) {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })
+        .unwrap_or(false)
+}
+
+/// A block about every second.
+async fn miner(world: Rc<World>, mut rng: StdRng) {
+    loop {
+        sleep(rng.gen_range(800..1_200)).await;
+        world.chain.lock().unwrap().mine(&mut rng);
+        world.check_now();
+    }
+}
+
+/// Each endpoint catches up with the chain now and then.
+async fn syncer(world: Rc<World>, index: usize, mut rng: StdRng) {
+    loop {
+        sleep(rng.gen_range(100..1_500)).await;
+        let chain = world.chain.lock().unwrap();
+        world.endpoints[index].node.lock().unwrap().sync(&chain);
+    }
+}
+
+/// Faults while they go on: endpoints misbehave, the chain reorganises, the pool evicts.
+async fn chaos(world: Rc<World>, mut rng: StdRng) {
+    while world.faulty() {
+        sleep(rng.gen_range(500..4_000)).await;
+        if !world.faulty() {
+            break;
+        }
+        let index = rng.gen_range(0..world.endpoints.len());
+        let faults = node::NodeFaults {
+            lag: if rng.gen_bool(0.3) {
+                rng.gen_range(1..4)
+            } else {
+                0
+            },
+            frozen: rng.gen_bool(0.1),
+            down: rng.gen_bool(0.1),
+            receipts_behind_state: if rng.gen_bool(0.4) {
+                rng.gen_range(1..4)
+            } else {
+                0
+            },
+            slow_ms: if rng.gen_bool(0.3) {
+                rng.gen_range(100..4_000)
+            } else {
+                0
+            },
+            receipts_kept: rng.gen_bool(0.2).then(|| rng.gen_range(1..6)),
+            state_kept: rng.gen_bool(0.2).then(|| rng.gen_range(2..8)),
+            lose_before: if rng.gen_bool(0.3) { 0.3 } else { 0.0 },
+            lose_after: if rng.gen_bool(0.3) { 0.3 } else { 0.0 },
+        };
+        world.trace(format!("chaos: node-{index} {faults:?}"));
+        world.endpoints[index].node.lock().unwrap().faults = faults;
+        if world.settings.max_reorg > 0 && rng.gen_bool(0.25) {
+            let depth = rng.gen_range(1..=world.settings.max_reorg);
+            world
+                .chain
+                .lock()
+                .unwrap()
+                .reorg(depth, 0.7, Vec::new(), &mut rng);
+            world.trace(format!("chaos: reorg of {depth}"));
+            world.check_now();
+        }
+        if rng.gen_bool(0.2) {
+            world.chain.lock().unwrap().evict(&mut rng);
+        }
+        if rng.gen_bool(0.1) {
+            let mut chain = world.chain.lock().unwrap();
+            chain.base_fee = if chain.base_fee > 1_000_000_000 {
+                1_000_000_000
+            } else {
+                40_000_000_000
+            };
+            world.trace(format!("chaos: base fee {}", chain.base_fee));
+        }
+    }
+    for endpoint in &world.endpoints {
+        endpoint.node.lock().unwrap().faults = node::NodeFaults::default();
+    }
+    world.chain.lock().unwrap().base_fee = 1_000_000_000;
+    world.trace("chaos: healed".into());
+}

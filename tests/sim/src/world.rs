@@ -1,0 +1,269 @@
+//! Everything one simulation shares: its settings, chain, endpoints, store, keys, the signer's
+//! job queue, what was sent, the trace, and the violations found.
+
+use crate::actors::SignJob;
+use crate::chain::Chain;
+use crate::exec::{Task, now_ms};
+use crate::kv::{Backend, SimStore};
+use crate::node::SimEndpoint;
+use alloy_signer_local::PrivateKeySigner;
+use sigcast_evm::Address;
+use sigcast_protocol::Rules;
+use sigcast_store::operations::Guard;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use std::sync::Mutex;
+
+/// A deliberately broken decision, to show the simulation catches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tamper {
+    /// The product's decisions.
+    None,
+    /// REJECTED on a nonce past ours with a null receipt (the load generator's defect).
+    NullReceiptRejects,
+    /// Decided changes applied whatever the record's revision (the replica defect).
+    IgnoreRevision,
+    /// Settled at depth 1 whatever the reorganisations (the no-depth REJECTED defect).
+    NoDepth,
+    /// Fee bumps without a count limit (the unbounded-bumps defect).
+    UnboundedBumps,
+    /// Fees signed without the chain's cap (the unbounded-fees defect).
+    Uncapped,
+}
+
+impl Tamper {
+    /// Every tamper, by its command-line name.
+    pub const ALL: [(&str, Tamper); 6] = [
+        ("none", Tamper::None),
+        ("null-receipt-rejects", Tamper::NullReceiptRejects),
+        ("ignore-revision", Tamper::IgnoreRevision),
+        ("no-depth", Tamper::NoDepth),
+        ("unbounded-bumps", Tamper::UnboundedBumps),
+        ("uncapped", Tamper::Uncapped),
+    ];
+}
+
+/// The signer's fee cap in the simulation, per gas: below the base fee of the chaos's fee
+/// spikes, so capped transactions wait, and bumps meet the cap.
+pub(crate) const FEE_CAP: u128 = 25_000_000_000;
+/// The broadcaster's limit of fee bumps per operation.
+pub(crate) const MAX_FEE_BUMPS: u32 = 3;
+
+/// What one seed simulates.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The store backend.
+    pub backend: Backend,
+    /// Accounts (keys) of the signer.
+    pub accounts: usize,
+    /// Operations submitted.
+    pub ops: usize,
+    /// Endpoints of the chain.
+    pub endpoints: usize,
+    /// Signer replicas.
+    pub signers: usize,
+    /// Broadcaster replicas.
+    pub broadcasters: usize,
+    /// Deepest reorganisation.
+    pub max_reorg: usize,
+    /// The broadcaster's confirmation depth.
+    pub confirmations: u64,
+    /// Submits spread over this long.
+    pub submit_spread_ms: u64,
+    /// Share of operations cancelled.
+    pub cancel_rate: f64,
+    /// The broadcaster's poll.
+    pub poll_ms: u64,
+    /// How long faults go on.
+    pub fault_ms: u64,
+    /// How long after the faults every operation must be terminal.
+    pub settle_ms: u64,
+    /// Chance per step that a signer or broadcaster replica is killed (while faults go on).
+    pub crash_rate: f64,
+    /// Most transactions per block.
+    pub gas_limit: usize,
+    /// Share of commits with an unknown result (FoundationDB semantics).
+    pub unknown_commits: f64,
+    /// Another holder of the keys sends at their nonces.
+    pub outside_sender: bool,
+    /// A broken decision, if any.
+    pub tamper: Tamper,
+}
+
+/// Everything shared.
+pub(crate) struct World {
+    /// Its settings.
+    pub(crate) settings: Settings,
+    /// The chain.
+    pub(crate) chain: std::sync::Arc<Mutex<Chain>>,
+    /// Its endpoints.
+    pub(crate) endpoints: Vec<SimEndpoint>,
+    /// The store.
+    pub(crate) store: SimStore,
+    /// The signer's keys.
+    pub(crate) keys: Vec<PrivateKeySigner>,
+    /// Their accounts.
+    pub(crate) accounts: Vec<Address>,
+    /// The broadcaster's decision settings.
+    pub(crate) rules: Rules,
+    /// Requests waiting for a signer replica.
+    pub(crate) sign_jobs: Mutex<VecDeque<SignJob>>,
+    /// Transactions of the keys sent outside sigcast.
+    pub(crate) foreign: Mutex<HashSet<String>>,
+    /// The op_ids accepted so far.
+    pub(crate) submitted: Mutex<Vec<String>>,
+    trace: RefCell<VecDeque<String>>,
+    live_trace: bool,
+    violations: RefCell<Vec<String>>,
+    spawns: RefCell<Vec<(String, Task)>>,
+    faulty: Cell<bool>,
+    check: Cell<bool>,
+    sent: RefCell<HashMap<(String, u32), Vec<u8>>>,
+}
+
+/// Trace lines kept for a failure report.
+const TRACE_KEPT: usize = 400;
+
+impl World {
+    /// A world over the given parts.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        settings: Settings,
+        chain: std::sync::Arc<Mutex<Chain>>,
+        endpoints: Vec<SimEndpoint>,
+        store: SimStore,
+        keys: Vec<PrivateKeySigner>,
+        rules: Rules,
+        live_trace: bool,
+    ) -> Self {
+        let accounts = keys.iter().map(|k| k.address()).collect();
+        Self {
+            settings,
+            chain,
+            endpoints,
+            store,
+            keys,
+            accounts,
+            rules,
+            sign_jobs: Mutex::default(),
+            foreign: Mutex::default(),
+            submitted: Mutex::default(),
+            trace: RefCell::default(),
+            live_trace,
+            violations: RefCell::default(),
+            spawns: RefCell::default(),
+            faulty: Cell::new(true),
+            check: Cell::new(false),
+            sent: RefCell::default(),
+        }
+    }
+
+    /// Adds a line to the trace.
+    pub(crate) fn trace(&self, line: String) {
+        let line = format!("{:>7} ms  {line}", now_ms());
+        if self.live_trace {
+            println!("{line}");
+        }
+        let mut trace = self.trace.borrow_mut();
+        trace.push_back(line);
+        if trace.len() > TRACE_KEPT {
+            trace.pop_front();
+        }
+    }
+
+    /// The trace's last lines.
+    pub(crate) fn trace_lines(&self) -> Vec<String> {
+        self.trace.borrow().iter().cloned().collect()
+    }
+
+    /// Records a broken invariant.
+    pub(crate) fn violation(&self, what: String) {
+        self.trace(format!("VIOLATION: {what}"));
+        self.violations.borrow_mut().push(what);
+    }
+
+    /// The invariants broken so far.
+    pub(crate) fn violations(&self) -> Vec<String> {
+        self.violations.borrow().clone()
+    }
+
+    /// Starts a task from inside another.
+    pub(crate) fn spawn(&self, name: String, future: impl Future<Output = ()> + 'static) {
+        self.spawns.borrow_mut().push((name, Box::pin(future)));
+    }
+
+    pub(crate) fn take_spawns(&self) -> Vec<(String, Task)> {
+        std::mem::take(&mut *self.spawns.borrow_mut())
+    }
+
+    /// Whether faults still go on.
+    pub(crate) fn faulty(&self) -> bool {
+        self.faulty.get()
+    }
+
+    pub(crate) fn end_faults(&self) {
+        self.faulty.set(false);
+    }
+
+    /// Asks for the invariants to be checked after this step.
+    pub(crate) fn check_now(&self) {
+        self.check.set(true);
+    }
+
+    pub(crate) fn take_check(&self) -> bool {
+        self.check.replace(false)
+    }
+
+    /// The fee cap the signer holds transactions to (none, broken on purpose).
+    pub(crate) fn fee_cap(&self) -> u128 {
+        match self.settings.tamper {
+            Tamper::Uncapped => u128::MAX,
+            _ => FEE_CAP,
+        }
+    }
+
+    /// The guard of a decided change: the record's revision (or, broken on purpose, none).
+    pub(crate) fn decided_guard(&self, op: &sigcast_proto::pb::Operation) -> Guard {
+        match self.settings.tamper {
+            Tamper::IgnoreRevision => Guard::NotTerminal,
+            _ => Guard::Revision(op.revision),
+        }
+    }
+
+    /// The chains intents may name.
+    pub(crate) fn intent_rules(&self) -> sigcast_domain::IntentRules {
+        sigcast_domain::IntentRules {
+            evm_chain_ids: [31337].into(),
+            solana_clusters: Default::default(),
+            max_evm_call_data: usize::MAX,
+        }
+    }
+
+    /// Notes the bytes sent for an attempt: every send of an attempt is byte-identical, and
+    /// none offers more per gas than the cap.
+    pub(crate) fn record_sent(&self, op_id: &str, attempt: u32, raw: &[u8]) {
+        if let Some(params) = sigcast_evm::params_of(raw)
+            && params.fees.max_per_gas() > FEE_CAP
+        {
+            self.violation(format!(
+                "{op_id} attempt {attempt} offers {} wei per gas, above the cap of {FEE_CAP}",
+                params.fees.max_per_gas()
+            ));
+        }
+        let mut sent = self.sent.borrow_mut();
+        let key = (op_id.to_owned(), attempt);
+        match sent.get(&key) {
+            Some(before) if before.as_slice() != raw => {
+                drop(sent);
+                self.violation(format!(
+                    "{op_id} attempt {attempt} was sent with other bytes than before"
+                ));
+            }
+            Some(_) => {}
+            None => {
+                sent.insert(key, raw.to_vec());
+            }
+        }
+    }
+}

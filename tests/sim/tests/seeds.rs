@@ -1,0 +1,108 @@
+//! The simulation's seeds as tests: a budget of seeds that must break no invariant, the seeds
+//! that once found a defect, and broken decisions that the budget must catch.
+
+use sigcast_sim::{Settings, Tamper, run};
+
+/// Seeds run by each half of the CI budget (`SIGCAST_SIM_SEEDS` overrides the total).
+fn budget() -> u64 {
+    std::env::var("SIGCAST_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2_000)
+}
+
+fn run_seeds(seeds: impl Iterator<Item = u64>) {
+    let mut failures = Vec::new();
+    for seed in seeds {
+        let report = run(seed, Settings::draw(seed), false);
+        if !report.violations.is_empty() {
+            failures.push(format!(
+                "seed {seed}: {}\n  {}",
+                report.violations.join("\n  "),
+                report.trace[report.trace.len().saturating_sub(40)..].join("\n  ")
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} seeds broke an invariant (replay: cargo run -p sigcast-sim -- replay --seed N):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn the_first_half_of_the_seed_budget_breaks_no_invariant() {
+    run_seeds((0..budget()).step_by(2));
+}
+
+#[test]
+fn the_second_half_of_the_seed_budget_breaks_no_invariant() {
+    run_seeds((1..budget()).step_by(2));
+}
+
+/// Seeds that found a defect once; each stays here with its fix.
+const REGRESSIONS: &[u64] = &[];
+
+#[test]
+fn seeds_that_once_found_a_defect_break_nothing() {
+    run_seeds(REGRESSIONS.iter().copied());
+}
+
+/// The first seed of the budget on which `tamper` breaks an invariant, and that invariant.
+fn caught(tamper: Tamper) -> Option<(u64, String)> {
+    (0..budget()).find_map(|seed| {
+        let mut settings = Settings::draw(seed);
+        settings.tamper = tamper;
+        run(seed, settings, false)
+            .violations
+            .into_iter()
+            .next()
+            .map(|v| (seed, v))
+    })
+}
+
+#[test]
+fn rejecting_on_a_null_receipt_is_caught_within_the_budget() {
+    let (seed, violation) = caught(Tamper::NullReceiptRejects)
+        .expect("REJECTED on a null receipt went unnoticed by every seed of the budget");
+    println!("caught at seed {seed}: {violation}");
+    assert!(
+        violation.contains("has its effect on chain") || violation.contains("still free"),
+        "{violation}"
+    );
+}
+
+#[test]
+fn deciding_from_an_old_record_is_caught_within_the_budget() {
+    let (seed, violation) = caught(Tamper::IgnoreRevision)
+        .expect("changes applied whatever the record's revision went unnoticed by every seed");
+    println!("caught at seed {seed}: {violation}");
+}
+
+#[test]
+fn settling_without_confirmation_depth_is_caught_within_the_budget() {
+    let (seed, violation) = caught(Tamper::NoDepth)
+        .expect("settling at depth 1 under reorganisations went unnoticed by every seed");
+    println!("caught at seed {seed}: {violation}");
+    assert!(
+        violation.contains("not on the canonical chain") || violation.contains("has its effect"),
+        "{violation}"
+    );
+}
+
+#[test]
+fn unbounded_fee_bumps_are_caught_within_the_budget() {
+    let (seed, violation) = caught(Tamper::UnboundedBumps)
+        .expect("fee bumps without a limit went unnoticed by every seed");
+    println!("caught at seed {seed}: {violation}");
+    assert!(violation.contains("fee bumps"), "{violation}");
+}
+
+#[test]
+fn fees_above_the_cap_are_caught_within_the_budget() {
+    let (seed, violation) =
+        caught(Tamper::Uncapped).expect("fees above the cap went unnoticed by every seed");
+    println!("caught at seed {seed}: {violation}");
+    assert!(violation.contains("above the cap"), "{violation}");
+}

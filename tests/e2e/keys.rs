@@ -615,3 +615,73 @@ async fn a_token_that_fails_to_sign_leaves_no_nonce_or_spend_behind() {
         stack.logs()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_dev_keys_are_the_accounts_anvil_funds_at_each_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let anvil = sigcast_e2e::Anvil::start_with(None, dir.path(), &["--accounts", "12"]);
+    let imported = std::process::Command::new(sigcast_e2e::binary("sigcast-signer"))
+        .args(["keys", "import-dev", "--count", "12"])
+        .env("SIGCAST_SIGNER__KEYSTORE_DIR", dir.path().join("keys"))
+        .env("SIGCAST_SIGNER_PASSPHRASE", "e2e passphrase")
+        .output()
+        .unwrap();
+    assert!(
+        imported.status.success(),
+        "{}",
+        String::from_utf8_lossy(&imported.stderr)
+    );
+    let imported: Vec<Address> = String::from_utf8(imported.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| line.parse().unwrap())
+        .collect();
+    let node = EvmRpc::new(std::slice::from_ref(&anvil.url), Duration::from_secs(5)).unwrap();
+    let funded: Vec<Address> = serde_json::from_value(
+        node.read("eth_accounts", serde_json::json!([]))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(funded.len(), 12);
+    assert_eq!(imported, funded, "account i imported is anvil's account i");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transfers_from_every_imported_dev_account_confirm() {
+    let stack = Stack::start(StackOptions {
+        accounts: 6,
+        ..Default::default()
+    })
+    .await;
+    let node = EvmRpc::new(
+        std::slice::from_ref(&stack.anvil.url),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let funded: Vec<Address> = serde_json::from_value(
+        node.read("eth_accounts", serde_json::json!([]))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let mut client = stack.client().await;
+    let mut ids = Vec::new();
+    for (i, from) in funded.iter().take(6).enumerate() {
+        let op_id = format!("from-dev-{i}");
+        client
+            .submit_operation(transfer(&op_id, &from.to_string(), &recipient(i), 1_000))
+            .await
+            .unwrap();
+        ids.push(op_id);
+    }
+    let done = wait_terminal(&stack, &ids, Duration::from_secs(60)).await;
+    for id in &ids {
+        assert_eq!(
+            done[id].state(),
+            pb::OperationState::Confirmed,
+            "{id}: {:?}",
+            done[id]
+        );
+    }
+}

@@ -29,6 +29,11 @@ pub struct Anvil {
 impl Anvil {
     /// Starts anvil on a free port; `block_time` in seconds, or automine when `None`.
     pub fn start(block_time: Option<u64>, log_dir: &Path) -> Self {
+        Self::start_with(block_time, log_dir, &[])
+    }
+
+    /// Starts anvil as [`Anvil::start`] does, with more of its arguments.
+    pub fn start_with(block_time: Option<u64>, log_dir: &Path, args: &[&str]) -> Self {
         let addr = free_addr();
         let mut command = Command::new(anvil_binary());
         command.args([
@@ -42,6 +47,7 @@ impl Anvil {
         if let Some(seconds) = block_time {
             command.args(["--block-time", &seconds.to_string()]);
         }
+        command.args(args);
         let log = std::fs::File::create(log_dir.join("anvil.log")).expect("anvil log");
         let child = command
             .stdout(log)

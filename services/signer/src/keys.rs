@@ -24,6 +24,14 @@ pub enum KeyError {
         /// What went wrong.
         reason: String,
     },
+    /// A dev key could not be derived from the test mnemonic.
+    #[error("deriving anvil dev key {index}: {reason}")]
+    Derivation {
+        /// Its index.
+        index: u32,
+        /// What went wrong (never the key).
+        reason: String,
+    },
     /// A keystore file did not decrypt (wrong passphrase or not a keystore).
     #[error("keystore file {file}: {reason}")]
     File {
@@ -345,45 +353,49 @@ pub fn generate_keystore_key(
     Ok(account)
 }
 
-/// The private keys of anvil's (and hardhat's) default dev accounts, derived from the public
-/// test mnemonic "test test … junk". They are published everywhere and fund local chains only;
-/// never use them on a real network.
-const ANVIL_DEV_KEYS: [&str; 10] = [
-    "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
-    "59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
-    "5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
-    "7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6",
-    "47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926e",
-    "8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba",
-    "92db14e403b83dfe3df233f83dfa3a0d7096f21ca9b0d6d6b8d88b2b4ec1564e",
-    "4bbbf85ce3377467afe5d46f804f221813b2bb87f24d81f60f1fcdbf7cbf4356",
-    "dbda1821b80551c9d65939329250298aa3472ba22feea921c0cf5d620ea67b97",
-    "2a871d0798f97d79848a013d4936a73bf4cc922c825d33c1cf7073dff6d409c6",
-];
+/// The public test mnemonic anvil (and hardhat) fund their dev accounts from, at
+/// m/44'/60'/0'/0/i. Its keys are published everywhere and fund local chains only; never use
+/// them on a real network.
+const ANVIL_MNEMONIC: &str = "test test test test test test test test test test test junk";
 
-/// Writes keystores for the first `count` anvil dev accounts into `dir`, encrypted with
-/// `passphrase`, one file per account named by its address. Existing files are kept.
+/// The key of anvil's dev account `index`, derived from its mnemonic.
+pub fn anvil_dev_key(index: u32) -> Result<PrivateKeySigner, KeyError> {
+    use alloy_signer_local::{MnemonicBuilder, coins_bip39::English};
+    let derivation = |e: alloy_signer_local::LocalSignerError| KeyError::Derivation {
+        index,
+        reason: e.to_string(),
+    };
+    MnemonicBuilder::<English>::default()
+        .phrase(ANVIL_MNEMONIC)
+        .index(index)
+        .map_err(derivation)?
+        .build()
+        .map_err(derivation)
+}
+
+/// Writes keystores for the first `count` anvil dev accounts (as `anvil --accounts N` funds
+/// them) into `dir`, encrypted with `passphrase`, one file per account named by its address.
+/// Existing files are kept.
 pub fn import_anvil_dev_keys(
     dir: &Path,
     passphrase: &str,
-    count: usize,
+    count: u32,
 ) -> Result<Vec<Address>, KeyError> {
     std::fs::create_dir_all(dir).map_err(|e| KeyError::Dir {
         dir: dir.into(),
         reason: e.to_string(),
     })?;
     let mut imported = Vec::new();
-    for key in ANVIL_DEV_KEYS.iter().take(count) {
-        let bytes = hex::decode(key).expect("constant hex");
-        let address = PrivateKeySigner::from_slice(&bytes)
-            .map_err(|e| KeyError::Passphrase(e.to_string()))?
-            .address();
+    for index in 0..count {
+        let key = anvil_dev_key(index)?;
+        let address = key.address();
         let name = format!("{address}.json");
         if !dir.join(&name).exists() {
+            let bytes = Zeroizing::new(key.to_bytes().0);
             PrivateKeySigner::encrypt_keystore(
                 dir,
                 &mut rand::thread_rng(),
-                &bytes,
+                bytes.as_ref(),
                 passphrase,
                 Some(&name),
             )
@@ -400,6 +412,18 @@ pub fn import_anvil_dev_keys(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dev_keys_are_anvils_accounts_at_the_same_index() {
+        // Published by anvil at start; account 4 is the one a copied constant once got wrong.
+        for (index, account) in [
+            (0, "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"),
+            (4, "0x15d34AAf54267DB7D7c367839AAf71A00a2C6A65"),
+            (9, "0xa0Ee7A142d267C1f36714E4a8F75612F20a79720"),
+        ] {
+            assert_eq!(anvil_dev_key(index).unwrap().address().to_string(), account);
+        }
+    }
 
     #[test]
     fn dev_keys_round_trip_through_encrypted_keystores() {

@@ -69,7 +69,7 @@ enum KeysCommand {
     ImportDev {
         /// How many dev accounts, from the first: as many as anvil funds (`anvil --accounts N`,
         /// ten by default).
-        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(0..=10_000))]
         count: u32,
     },
     /// Encrypt an existing secp256k1 key (hex in a file) into a keystore; prints its account.

@@ -41,7 +41,7 @@ impl Action {
 }
 
 /// A replacement at the same nonce.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Replacement {
     /// The same intent with higher fees.
     FeeBump,

@@ -17,6 +17,7 @@ mod chain;
 mod check;
 mod exec;
 mod kv;
+pub mod model;
 mod node;
 mod world;
 

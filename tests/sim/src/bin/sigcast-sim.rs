@@ -26,6 +26,19 @@ enum Command {
         #[arg(long, default_value = "none", value_parser = tamper)]
         tamper: Tamper,
     },
+    /// Visits every state of the small world of the model check; prints a shortest
+    /// counterexample if an invariant breaks.
+    Model {
+        /// Break a decision on purpose, to see it found.
+        #[arg(long, default_value = "none", value_parser = tamper)]
+        tamper: Tamper,
+        /// Stop after this many states.
+        #[arg(long, default_value_t = 5_000_000)]
+        limit: usize,
+        /// Which configuration of the suite (0, 1, 2); all when absent.
+        #[arg(long)]
+        config: Option<usize>,
+    },
     /// Runs one seed, printing its trace as it goes, then its report.
     Replay {
         /// The seed.
@@ -81,6 +94,48 @@ fn main() -> ExitCode {
             );
             if failed > 0 {
                 println!("replay one with: sigcast-sim replay --seed <seed>");
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Command::Model {
+            tamper,
+            limit,
+            config,
+        } => {
+            let suite = sigcast_sim::model::Bounds::SUITE;
+            let chosen: Vec<_> = match config {
+                Some(i) if i < suite.len() => vec![suite[i]],
+                Some(i) => {
+                    eprintln!("--config {i}: the suite has {} configurations", suite.len());
+                    return ExitCode::FAILURE;
+                }
+                None => suite.to_vec(),
+            };
+            let mut failed = false;
+            for bounds in chosen {
+                let started = std::time::Instant::now();
+                let outcome = sigcast_sim::model::Model::new(bounds, tamper).check(limit);
+                println!(
+                    "{bounds:?}: {} states in {:.1} s{}",
+                    outcome.states,
+                    started.elapsed().as_secs_f64(),
+                    if outcome.states >= limit {
+                        " (stopped at the limit)"
+                    } else {
+                        ""
+                    }
+                );
+                if let Some((violation, path)) = outcome.counterexample {
+                    failed = true;
+                    println!("VIOLATION: {violation}");
+                    for (i, step) in path.iter().enumerate() {
+                        println!("{i:>3}. {step}");
+                    }
+                }
+            }
+            if failed {
                 ExitCode::FAILURE
             } else {
                 ExitCode::SUCCESS

@@ -107,6 +107,11 @@ pub(crate) fn in_flight(
     if op.cancel_requested && !self_transfer {
         return Action::Replace(Replacement::Cancel);
     }
+    // A replacement signed but never recorded as sent (a crash between the two, or a lost
+    // race) goes out now: its bytes are stored, and nothing else would ever send it.
+    if newest.send_time.is_none() && newest.sends == 0 {
+        return Action::Send(newest.number);
+    }
     let bumps = op
         .attempts
         .iter()

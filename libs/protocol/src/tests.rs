@@ -742,3 +742,19 @@ fn nothing_unread_null_or_pruned_ever_settles() {
         }
     }
 }
+
+#[test]
+fn a_replacement_signed_but_never_sent_goes_out() {
+    // The broadcaster crashed between the signer's commit and recording the send: the fee
+    // bump is stored, never sent; the first attempt may still land.
+    let mut bump = accepted(2, 10);
+    bump.send_time = None;
+    bump.last_send_time = None;
+    bump.outcome_time = None;
+    bump.sends = 0;
+    bump.may_land = false;
+    bump.outcome = pb::AttemptOutcome::Unspecified.into();
+    let op = evm_op(vec![accepted(1, 0), bump]);
+    let evidence = evm(vec![view("http://a:1", 101, Some(7), None)]);
+    assert_eq!(decide(&op, &evidence, at(11), &rules()), Action::Send(2));
+}

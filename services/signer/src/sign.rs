@@ -651,12 +651,22 @@ impl Signer {
             op_id: op_id.to_owned(),
             source,
         })?;
-        let fees = replacement_fees(kind, previous.fees, current, chain.max_fee_per_gas)
-            .ok_or_else(|| Error::FeeCap {
-                op_id: op_id.to_owned(),
-                attempt: replaces_attempt,
-                cap_gwei: chain.max_fee_per_gas_gwei,
-            })?;
+        let in_a_pool = op
+            .attempts
+            .iter()
+            .any(|a| a.sends > 0 || a.send_time.is_some());
+        let fees = replacement_fees(
+            kind,
+            previous.fees,
+            current,
+            chain.max_fee_per_gas,
+            in_a_pool,
+        )
+        .ok_or_else(|| Error::FeeCap {
+            op_id: op_id.to_owned(),
+            attempt: replaces_attempt,
+            cap_gwei: chain.max_fee_per_gas_gwei,
+        })?;
         let (intent, gas_limit) = match kind {
             Replacement::FeeBump => (intent, previous.gas_limit),
             Replacement::Cancel | Replacement::GapFill => (
@@ -699,16 +709,20 @@ impl Signer {
 
 /// The fees of a `kind` replacement of an attempt signed with `previous`, with fees at
 /// `current` now, held to `cap` per gas; `None` when the cap leaves no room for a replacement
-/// a node would take. A gap fill replaces nothing in a pool (every attempt was refused); a fee
-/// bump or a cancel no node takes would only be a second payload at the nonce.
+/// a node would take. Only a transaction that may sit in a pool (`in_a_pool`: an attempt was
+/// sent) must be outbid: a gap fill replaces nothing (every attempt was refused), nor does a
+/// cancel of an operation never sent; a fee bump or a cancel no node takes would only be a
+/// second payload at the nonce.
 pub fn replacement_fees(
     kind: Replacement,
     previous: Fees,
     current: Fees,
     cap: u128,
+    in_a_pool: bool,
 ) -> Option<Fees> {
     let fees = Fees::bumped(previous, current).capped(cap);
-    (kind == Replacement::GapFill || fees.replaces(&previous)).then_some(fees)
+    let must_outbid = in_a_pool && kind != Replacement::GapFill;
+    (!must_outbid || fees.replaces(&previous)).then_some(fees)
 }
 
 /// Everything a declared replacement of an EVM operation's newest attempt needs.
@@ -903,5 +917,39 @@ fn already_signed(op: &pb::Operation) -> Result<Option<Signed>> {
                 already_signed: true,
             }))
         }
+    }
+}
+
+#[cfg(test)]
+mod fee_cap_tests {
+    use super::*;
+
+    #[test]
+    fn at_the_cap_only_what_must_outbid_a_pooled_transaction_is_refused() {
+        let cap = 100;
+        let at_cap = Fees::Eip1559 {
+            max_fee_per_gas: 100,
+            max_priority_fee_per_gas: 10,
+        };
+        for kind in [Replacement::FeeBump, Replacement::Cancel] {
+            assert_eq!(
+                replacement_fees(kind, at_cap, at_cap, cap, true),
+                None,
+                "{kind:?}"
+            );
+        }
+        // A cancel of an operation whose transaction never left the store takes the nonce
+        // at the cap: nothing is in a pool to outbid, and its nonce must be used.
+        let cancel = replacement_fees(Replacement::Cancel, at_cap, at_cap, cap, false).unwrap();
+        assert_eq!(cancel.max_per_gas(), cap);
+        let fill = replacement_fees(Replacement::GapFill, at_cap, at_cap, cap, true).unwrap();
+        assert_eq!(fill.max_per_gas(), cap);
+        // Below the cap a bump outbids.
+        let low = Fees::Eip1559 {
+            max_fee_per_gas: 50,
+            max_priority_fee_per_gas: 10,
+        };
+        let bump = replacement_fees(Replacement::FeeBump, low, low, cap, true).unwrap();
+        assert!(bump.replaces(&low) && bump.max_per_gas() <= cap);
     }
 }

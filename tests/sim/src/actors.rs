@@ -292,7 +292,11 @@ async fn sign_one(world: &World, job: &SignJob, rng: &mut StdRng) -> Result<u32,
                 .and_then(|raw| params_of(&raw))
                 .ok_or("previous payload unreadable")?;
             let current = fees(world, endpoint).await?;
-            let fees = replacement_fees(kind, previous.fees, current, world.fee_cap())
+            let in_a_pool = op
+                .attempts
+                .iter()
+                .any(|a| a.sends > 0 || a.send_time.is_some());
+            let fees = replacement_fees(kind, previous.fees, current, world.fee_cap(), in_a_pool)
                 .ok_or(AT_FEE_CAP)?;
             let (intent, gas_limit) = match kind {
                 SignerReplacement::FeeBump => (intent.clone(), previous.gas_limit),

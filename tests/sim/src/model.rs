@@ -12,9 +12,9 @@
 //!
 //! Every reachable state is visited (breadth first, so a counterexample is a shortest one) and
 //! these hold in each: CONFIRMED names an attempt of the operation (not its cancel) on the
-//! canonical chain at the block it names; REJECTED and CANCELLED only while another sender's
-//! transaction or a self-transfer of the operation (its cancel, its gap fill) holds the nonce
-//! there, or (CANCELLED) when nothing of the operation ever reached the node.
+//! canonical chain at the block it names; REJECTED only while another sender's transaction or
+//! the operation's gap fill holds the nonce there; CANCELLED only while its cancel holds it, or
+//! when nothing of the operation ever reached the node.
 //!
 //! Not modelled: several nonces or accounts, fee levels, the signer's fee cap, durable
 //! nonces, Solana, the store's transaction semantics (each step is atomic here; the simulation
@@ -130,7 +130,10 @@ enum Phase {
 enum Answer {
     Accepted,
     Unknown,
+    /// The nonce is used: "nonce too low", which proves nothing of these bytes.
     NonceTooLow,
+    /// Refused at a free nonce for something other than its fees (the balance, say).
+    Refused,
 }
 
 /// How a replica's read of the chain turns out.
@@ -512,11 +515,13 @@ impl Model {
                         with(Phase::Answered(*n, Answer::Unknown), None),
                     ));
                 } else {
-                    // Lost before the node.
-                    out.push((
-                        Step::Send(r, Answer::Unknown),
-                        with(Phase::Answered(*n, Answer::Unknown), None),
-                    ));
+                    // Lost before the node, or refused by it.
+                    for answer in [Answer::Unknown, Answer::Refused] {
+                        out.push((
+                            Step::Send(r, answer),
+                            with(Phase::Answered(*n, answer), None),
+                        ));
+                    }
                     for answer in [Answer::Unknown, Answer::Accepted] {
                         let mut s = with(Phase::Answered(*n, answer), None);
                         s.delivered = true;
@@ -531,9 +536,11 @@ impl Model {
                 let outcome = match answer {
                     Answer::Accepted => SendOutcome::Accepted,
                     Answer::Unknown => SendOutcome::Unknown,
-                    Answer::NonceTooLow => SendOutcome::Refused {
+                    // As the product classifies these answers (`sigcast_evm::send_outcome`).
+                    Answer::NonceTooLow => SendOutcome::Unknown,
+                    Answer::Refused => SendOutcome::Refused {
                         underpriced: false,
-                        message: "nonce too low".into(),
+                        message: "insufficient funds for gas * price + value".into(),
                     },
                 };
                 let record = (!is_terminal(op)).then(|| {
@@ -578,6 +585,14 @@ impl Model {
                 .map(|a| !record::reason_of(a).takes_the_nonce_instead()),
             _ => None,
         };
+        let landed_reason = match landed {
+            Some((Tx::Attempt(n), _)) => op
+                .attempts
+                .iter()
+                .find(|a| a.number == n)
+                .map(record::reason_of),
+            _ => None,
+        };
         match op.state() {
             pb::OperationState::Confirmed => {
                 let result = op.result.as_ref()?;
@@ -598,9 +613,16 @@ impl Model {
             // cancel, or the gap fill after every send was refused) - or, cancelled while
             // SIGNED, nothing of it ever reached the node.
             state @ (pb::OperationState::Rejected | pb::OperationState::Cancelled) => {
-                let holds = match landed {
-                    Some(_) => ours_landed != Some(true),
-                    None => state == pb::OperationState::Cancelled && !s.delivered,
+                let cancelled = state == pb::OperationState::Cancelled;
+                let holds = match (landed, landed_reason) {
+                    // Another sender took the nonce: REJECTED.
+                    (Some((Tx::Foreign, _)), _) => !cancelled,
+                    // Its cancel took it: CANCELLED; its gap fill: REJECTED (never applied).
+                    (Some(_), Some(AttemptReason::Cancel)) => cancelled,
+                    (Some(_), Some(AttemptReason::GapFill)) => !cancelled,
+                    (Some(_), _) => false,
+                    // Cancelled while SIGNED: nothing of it ever reached the node.
+                    (None, _) => cancelled && !s.delivered,
                 };
                 (!holds).then(|| {
                     format!(

@@ -149,11 +149,26 @@ pub(crate) fn check(world: &World, end: bool) {
                 )
             })
             .map(|op| {
+                // Where it waits: its nonce, the chain's count of its account, and the nonces of
+                // the account the pool holds (a gap below its nonce holds it up).
+                let account: Option<Address> = op.account.parse().ok();
+                let (chain_nonce, pooled) = account.map_or((0, Vec::new()), |a| {
+                    let chain = world.chain.lock().unwrap();
+                    let mut pooled: Vec<u64> = chain
+                        .pool
+                        .keys()
+                        .filter(|(from, _)| *from == a)
+                        .map(|(_, n)| *n)
+                        .collect();
+                    pooled.sort();
+                    (chain.nonce(&a), pooled)
+                });
                 format!(
-                    "{} {:?} ({} attempts)",
+                    "{} {:?} ({} attempts, nonce {:?}, account at {chain_nonce}, pool {pooled:?})",
                     op.op_id,
                     op.state(),
-                    op.attempts.len()
+                    op.attempts.len(),
+                    nonce_of(op)
                 )
             })
             .collect();

@@ -2,7 +2,9 @@
 //! nonce, on an endpoint's canonical chain at the confirmation depth; otherwise keep its
 //! transactions in play.
 
-use crate::record::{first_sent, has_self_transfer, last_sent, reason_of, reasons};
+use crate::record::{
+    first_sent, has_self_transfer, held_at_fee_cap, last_sent, reason_of, reasons,
+};
 use crate::{Action, EvmLanded, EvmView, Replacement, Rules, Settlement, Why};
 use sigcast_domain::{AttemptReason, OperationState};
 use sigcast_proto::pb;
@@ -104,7 +106,12 @@ pub(crate) fn in_flight(
         return Action::Wait(Why::NoAttempt);
     };
     let self_transfer = has_self_transfer(op);
-    if op.cancel_requested && !self_transfer {
+    // The signer refused to replace the newest attempt at the chain's fee cap: a replacement
+    // is asked for again only a bump period later (the cap may have been raised by then), not
+    // at every pass; meanwhile the attempt that may land goes out again as it is.
+    let held_at_cap = held_at_fee_cap(newest)
+        .is_some_and(|held| now < held + rules.fee_bump_after.unwrap_or(rules.rebroadcast_after));
+    if op.cancel_requested && !self_transfer && !held_at_cap {
         return Action::Replace(Replacement::Cancel);
     }
     // A replacement signed but never recorded as sent (a crash between the two, or a lost
@@ -129,6 +136,9 @@ pub(crate) fn in_flight(
         && !refused_for_more_than_fees;
     if newest_refused && !self_transfer {
         if underpriced && bumps_left {
+            if held_at_cap {
+                return resend_when_due(resend_target(op, newest), now, rules);
+            }
             return Action::Replace(Replacement::FeeBump);
         }
         if op.attempts.iter().all(|a| !a.may_land) {
@@ -146,7 +156,7 @@ pub(crate) fn in_flight(
         // Only the account's next nonce is held up by its fees; behind an earlier nonce a bump
         // cannot help. An attempt without a recorded send time has not waited at all.
         let waited = first_sent(newest).is_some_and(|t| now >= t + after);
-        if waited && account_nonce == Some(nonce) {
+        if waited && !held_at_cap && account_nonce == Some(nonce) {
             return Action::Replace(Replacement::FeeBump);
         }
     }

@@ -78,6 +78,16 @@ pub fn record_sending(op: &mut pb::Operation, number: u32, now: SystemTime) -> b
     true
 }
 
+/// Records that the signer refused to replace attempt `number` at the chain's fee cap.
+/// Returns `false` (and changes nothing) if there is no such attempt.
+pub fn record_held_at_fee_cap(op: &mut pb::Operation, number: u32, now: SystemTime) -> bool {
+    let Some(attempt) = attempt_mut(op, number) else {
+        return false;
+    };
+    attempt.fee_cap_time = Some(now.into());
+    true
+}
+
 /// Records what `endpoint` answered to a send of attempt `number`.
 pub fn record_outcome(
     op: &mut pb::Operation,
@@ -156,6 +166,14 @@ pub(crate) fn last_sent(attempt: &pb::Attempt) -> Option<SystemTime> {
         .last_send_time
         .as_ref()
         .or(attempt.send_time.as_ref())
+        .and_then(|t| SystemTime::try_from(*t).ok())
+}
+
+/// When the signer last refused to replace the attempt at the fee cap.
+pub(crate) fn held_at_fee_cap(attempt: &pb::Attempt) -> Option<SystemTime> {
+    attempt
+        .fee_cap_time
+        .as_ref()
         .and_then(|t| SystemTime::try_from(*t).ok())
 }
 

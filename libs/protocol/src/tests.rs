@@ -44,6 +44,7 @@ fn attempt(
         reason: reason.as_str().into(),
         sends: 1,
         may_land,
+        fee_cap_time: None,
     }
 }
 
@@ -427,6 +428,69 @@ fn fee_bumps_only_where_they_can_help_and_no_more_than_allowed() {
         ..rules()
     };
     assert_eq!(decide(&op, &next_in_line, at(600), &off), Action::Send(1));
+}
+
+#[test]
+fn a_replacement_refused_at_the_fee_cap_is_asked_again_a_bump_period_later() {
+    // The signer refused a bump of attempt 1 at the cap at t=60: every pass asked again
+    // (twice a second per operation, each counted as a refusal) until the attempt landed.
+    let next_in_line = evm(vec![view("http://a:1", 50, Some(7), None)]);
+    let mut op = evm_op(vec![accepted(1, 0)]);
+    assert!(record::record_held_at_fee_cap(&mut op, 1, at(60)));
+    assert!(
+        !record::record_held_at_fee_cap(&mut op, 9, at(60)),
+        "no attempt 9"
+    );
+    assert_eq!(
+        decide(&op, &next_in_line, at(61), &rules()),
+        Action::Send(1),
+        "held at the cap: the attempt goes out as it is"
+    );
+    assert_eq!(
+        decide(&op, &next_in_line, at(119), &rules()),
+        Action::Send(1)
+    );
+    assert_eq!(
+        decide(&op, &next_in_line, at(120), &rules()),
+        Action::Replace(Replacement::FeeBump),
+        "a bump period later: the cap may have been raised"
+    );
+    let mut cancelled = op.clone();
+    cancelled.cancel_requested = true;
+    assert_eq!(
+        decide(&cancelled, &next_in_line, at(61), &rules()),
+        Action::Send(1),
+        "a cancel held at the cap is not asked for at every pass either"
+    );
+    assert_eq!(
+        decide(&cancelled, &next_in_line, at(120), &rules()),
+        Action::Replace(Replacement::Cancel)
+    );
+    let mut refused = evm_op(vec![attempt(
+        1,
+        AttemptReason::Initial,
+        pb::AttemptOutcome::Rejected,
+        false,
+        0,
+    )]);
+    refused.error = Some(pb::OperationError {
+        reason: reasons::UNDERPRICED.into(),
+        message: "replacement transaction underpriced".into(),
+    });
+    assert_eq!(
+        decide(&refused, &next_in_line, at(1), &rules()),
+        Action::Replace(Replacement::FeeBump)
+    );
+    record::record_held_at_fee_cap(&mut refused, 1, at(1));
+    assert_eq!(
+        decide(&refused, &next_in_line, at(2), &rules()),
+        Action::Wait(Why::InFlight(at(6))),
+        "refused for its fees, held at the cap: no bump asked for until a period passed"
+    );
+    assert_eq!(
+        decide(&refused, &next_in_line, at(61), &rules()),
+        Action::Replace(Replacement::FeeBump)
+    );
 }
 
 #[test]

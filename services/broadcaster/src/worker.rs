@@ -300,8 +300,18 @@ impl Worker {
                 Ok(Some(attempt)) => self.send_new_attempt(&op.op_id, attempt).await,
                 Ok(None) => {}
                 Err(AtFeeCap) => {
-                    let after =
-                        sigcast_protocol::evm::at_fee_cap(&op, SystemTime::now(), &self.rules);
+                    // Recorded, so that the next passes do not ask again before a bump period.
+                    let newest = op.attempts.last().map_or(0, |a| a.number);
+                    let now = SystemTime::now();
+                    let Some(op) = self
+                        .apply_decided(&op, move |op| {
+                            record::record_held_at_fee_cap(op, newest, now)
+                        })
+                        .await
+                    else {
+                        return;
+                    };
+                    let after = sigcast_protocol::evm::at_fee_cap(&op, now, &self.rules);
                     if let Action::Send(attempt) = after {
                         self.send_again(&op, attempt).await;
                     }

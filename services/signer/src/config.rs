@@ -158,6 +158,13 @@ impl ServiceConfig for Config {
                     format!("chain {} needs at least one endpoint", chain.chain_id),
                 ));
             }
+            if chain.max_fee_per_gas_gwei == 0 {
+                // A cap of 0 would sign transactions no node takes, and refuse every bump.
+                return Err(ConfigError::invalid(
+                    "evm_chains.max_fee_per_gas_gwei",
+                    format!("chain {}: must be positive", chain.chain_id),
+                ));
+            }
         }
         for policy in &self.policies {
             policy
@@ -178,5 +185,16 @@ mod tests {
     #[test]
     fn the_defaults_are_valid() {
         Config::default().validate().unwrap();
+    }
+
+    #[test]
+    fn a_fee_cap_of_zero_is_refused_by_name() {
+        let mut config = Config::default();
+        config.evm_chains[0].max_fee_per_gas_gwei = 0;
+        let error = config.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("evm_chains.max_fee_per_gas_gwei") && error.contains("31337"),
+            "{error}"
+        );
     }
 }

@@ -17,7 +17,7 @@ use sigcast_proto::{intent_from_proto, new_operation, pb};
 use sigcast_protocol::record;
 use sigcast_protocol::{Action, Evidence, Replacement, Settlement, Why, decide, reasons};
 use sigcast_signer::{
-    InitialEvm, Replacement as SignerReplacement, ReplacementEvm, replacement_fees,
+    InitialEvm, Replacement as SignerReplacement, ReplacementEvm, Signed, replacement_fees,
     sign_initial_evm, sign_replacement_evm,
 };
 use sigcast_store::operations::{self, Guard, SubmitOutcome};
@@ -252,15 +252,12 @@ async fn sign_one(world: &World, job: &SignJob, rng: &mut StdRng) -> Result<u32,
                 fees,
                 key,
             };
-            match world
-                .store
-                .run_or_refuse(|tx| sign_initial_evm(tx, &request))
-                .await
-            {
-                Ok(Ok(signed)) => Ok(signed.attempt),
-                Ok(Err(refusal)) => Err(refusal.to_string()),
-                Err(error) => Err(error.to_string()),
-            }
+            attempt_signed(
+                world
+                    .store
+                    .run_or_refuse(|tx| sign_initial_evm(tx, &request))
+                    .await,
+            )
         }
         Purpose::Replace(replacement) => {
             let kind = match replacement {
@@ -325,15 +322,12 @@ async fn sign_one(world: &World, job: &SignJob, rng: &mut StdRng) -> Result<u32,
                 },
                 key,
             };
-            match world
-                .store
-                .run_or_refuse(|tx| sign_replacement_evm(tx, &request))
-                .await
-            {
-                Ok(Ok(signed)) => Ok(signed.attempt),
-                Ok(Err(refusal)) => Err(refusal.to_string()),
-                Err(error) => Err(error.to_string()),
-            }
+            attempt_signed(
+                world
+                    .store
+                    .run_or_refuse(|tx| sign_replacement_evm(tx, &request))
+                    .await,
+            )
         }
     }
 }
@@ -461,16 +455,7 @@ async fn work_on(world: &Rc<World>, name: &str, op: pb::Operation, rng: &mut Std
             let answer = ask_signer(world, &op.op_id, Purpose::Initial, 0).await;
             world.trace(format!("{name}: {} signed: {answer:?}", op.op_id));
         }
-        Action::Send(attempt) => {
-            let at = system_time();
-            let sending = apply(world, &op, world.decided_guard(&op), move |o| {
-                record::record_sending(o, attempt, at)
-            })
-            .await;
-            if sending.is_some() {
-                send(world, name, &op.op_id, attempt, rng).await;
-            }
-        }
+        Action::Send(attempt) => send_again(world, name, &op, attempt, rng).await,
         Action::Replace(replacement) => {
             let newest = op.attempts.last().map_or(0, |a| a.number);
             match ask_signer(world, &op.op_id, Purpose::Replace(replacement), newest).await {
@@ -486,16 +471,16 @@ async fn work_on(world: &Rc<World>, name: &str, op: pb::Operation, rng: &mut Std
                 }
                 Err(refusal) if refusal == AT_FEE_CAP => {
                     world.trace(format!("{name}: {} replacement at the fee cap", op.op_id));
-                    let after = sigcast_protocol::evm::at_fee_cap(&op, system_time(), &world.rules);
-                    if let Action::Send(attempt) = after {
-                        let at = system_time();
-                        let sending = apply(world, &op, world.decided_guard(&op), move |o| {
-                            record::record_sending(o, attempt, at)
-                        })
-                        .await;
-                        if sending.is_some() {
-                            send(world, name, &op.op_id, attempt, rng).await;
-                        }
+                    let at = system_time();
+                    let held = apply(world, &op, world.decided_guard(&op), move |o| {
+                        record::record_held_at_fee_cap(o, newest, at)
+                    })
+                    .await;
+                    if let Some(op) = held
+                        && let Action::Send(attempt) =
+                            sigcast_protocol::evm::at_fee_cap(&op, at, &world.rules)
+                    {
+                        send_again(world, name, &op, attempt, rng).await;
                     }
                 }
                 other => world.trace(format!("{name}: {} replacement: {other:?}", op.op_id)),
@@ -517,6 +502,35 @@ async fn work_on(world: &Rc<World>, name: &str, op: pb::Operation, rng: &mut Std
                 world.check_now();
             }
         }
+    }
+}
+
+/// The attempt a signing transaction stored, or why there is none.
+fn attempt_signed(
+    committed: sigcast_store::Result<Result<Signed, sigcast_signer::Error>>,
+) -> Result<u32, String> {
+    match committed {
+        Ok(Ok(signed)) => Ok(signed.attempt),
+        Ok(Err(refusal)) => Err(refusal.to_string()),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// Records attempt `attempt` as being sent on the record decided on, then sends it.
+async fn send_again(
+    world: &Rc<World>,
+    name: &str,
+    op: &pb::Operation,
+    attempt: u32,
+    rng: &mut StdRng,
+) {
+    let at = system_time();
+    let sending = apply(world, op, world.decided_guard(op), move |o| {
+        record::record_sending(o, attempt, at)
+    })
+    .await;
+    if sending.is_some() {
+        send(world, name, &op.op_id, attempt, rng).await;
     }
 }
 

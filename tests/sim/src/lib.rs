@@ -12,6 +12,18 @@
 //! Not simulated: Solana, durable nonces, contract calls, the gRPC layers, group commit, and
 //! the gateway's validation (each covered by other tests).
 
+/// `println!` that ends the process quietly when stdout is closed (`sigcast-sim run | head`)
+/// instead of panicking.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use ::std::io::Write as _;
+        if writeln!(::std::io::stdout().lock(), $($arg)*).is_err() {
+            ::std::process::exit(0);
+        }
+    }};
+}
+
 mod actors;
 mod chain;
 mod check;

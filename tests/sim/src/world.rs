@@ -163,7 +163,7 @@ impl World {
     pub(crate) fn trace(&self, line: String) {
         let line = format!("{:>7} ms  {line}", now_ms());
         if self.live_trace {
-            println!("{line}");
+            crate::say!("{line}");
         }
         let mut trace = self.trace.borrow_mut();
         trace.push_back(line);

@@ -2,7 +2,7 @@
 //! replays one seed step by step with its trace.
 
 use clap::{Parser, Subcommand};
-use sigcast_sim::{Settings, Tamper, run};
+use sigcast_sim::{Settings, Tamper, run, say};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -85,15 +85,15 @@ fn main() -> ExitCode {
                 retries += report.retries;
                 if let Some(first) = report.violations.first() {
                     failed += 1;
-                    println!("FAILED seed {seed}: {first}");
+                    say!("FAILED seed {seed}: {first}");
                 }
             }
-            println!(
+            say!(
                 "{seeds} seeds from {from}: {failed} failed; {steps} steps, {blocks} blocks, {retries} store retries, {:.1} s",
                 started.elapsed().as_secs_f64()
             );
             if failed > 0 {
-                println!("replay one with: sigcast-sim replay --seed <seed>");
+                say!("replay one with: sigcast-sim replay --seed <seed>");
                 ExitCode::FAILURE
             } else {
                 ExitCode::SUCCESS
@@ -117,7 +117,7 @@ fn main() -> ExitCode {
             for bounds in chosen {
                 let started = std::time::Instant::now();
                 let outcome = sigcast_sim::model::Model::new(bounds, tamper).check(limit);
-                println!(
+                say!(
                     "{bounds:?}: {} states in {:.1} s{}",
                     outcome.states,
                     started.elapsed().as_secs_f64(),
@@ -129,9 +129,9 @@ fn main() -> ExitCode {
                 );
                 if let Some((violation, path)) = outcome.counterexample {
                     failed = true;
-                    println!("VIOLATION: {violation}");
+                    say!("VIOLATION: {violation}");
                     for (i, step) in path.iter().enumerate() {
-                        println!("{i:>3}. {step}");
+                        say!("{i:>3}. {step}");
                     }
                 }
             }
@@ -143,15 +143,18 @@ fn main() -> ExitCode {
         }
         Command::Replay { seed, tamper } => {
             let report = run(seed, settings(seed, tamper), true);
-            println!(
+            say!(
                 "\nseed {seed}: {} steps, {} ms simulated, {} blocks, {} store retries",
-                report.steps, report.sim_ms, report.blocks, report.retries
+                report.steps,
+                report.sim_ms,
+                report.blocks,
+                report.retries
             );
             for violation in &report.violations {
-                println!("VIOLATION: {violation}");
+                say!("VIOLATION: {violation}");
             }
             if report.violations.is_empty() {
-                println!("no invariant broken");
+                say!("no invariant broken");
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE

@@ -19,3 +19,4 @@ mod solana;
 mod solana_node;
 mod solana_nonce;
 mod solana_ops;
+mod trust;

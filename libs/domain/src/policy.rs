@@ -5,8 +5,9 @@
 //! Pure. The rolling-window limit needs the key's recent history: the signer checks it inside
 //! its signing transaction.
 
-use crate::amount::Wei;
-use crate::intent::Intent;
+use crate::SolanaPubkey;
+use crate::amount::{Lamports, Wei};
+use crate::intent::{Intent, SolanaInstructions};
 use serde::{Deserialize, Serialize};
 
 /// The policy of one account (or of every account without its own, with `account = "*"`).
@@ -32,14 +33,29 @@ pub struct KeyPolicy {
     /// Solana programs the key's transactions may invoke (base58); empty: any. A SOL transfer
     /// invokes the System Program, `11111111111111111111111111111111`.
     pub allowed_program_ids: Vec<String>,
+    /// Largest amount of lamports one Solana operation of the key may move (decimal); empty:
+    /// no limit. Counted: a transfer's lamports, and in an instruction list every System
+    /// Program instruction that moves lamports out (transfer, create account, withdraw nonce).
+    pub max_lamports: String,
+    /// Largest total lamports over `window_secs` (decimal); empty: no limit.
+    pub window_max_lamports: String,
+    /// Keys (base58) other than the fee payer that the key's Solana instruction lists may
+    /// name as signers; empty: none. Each such key signs too, so naming it lets this key's
+    /// callers spend from it.
+    pub allowed_co_signers: Vec<String>,
 }
 
 /// A broken rule, in words for the operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation(pub String);
 
+/// EVM addresses compare without their checksum case; a Solana key (base58) is case-sensitive.
 fn same_address(a: &str, b: &str) -> bool {
-    a.eq_ignore_ascii_case(b)
+    if a.starts_with("0x") || b.starts_with("0x") {
+        a.eq_ignore_ascii_case(b)
+    } else {
+        a == b
+    }
 }
 
 impl KeyPolicy {
@@ -60,11 +76,33 @@ impl KeyPolicy {
                     .map_err(|rule| format!("policy for {}: {field} {rule}", self.account))?;
             }
         }
-        if !self.window_max_value_wei.is_empty() && self.window_secs == 0 {
-            return Err(format!(
-                "policy for {}: window_max_value_wei needs window_secs",
-                self.account
-            ));
+        for (field, value) in [
+            ("max_lamports", &self.max_lamports),
+            ("window_max_lamports", &self.window_max_lamports),
+        ] {
+            if !value.is_empty() {
+                Lamports::parse(value)
+                    .map_err(|rule| format!("policy for {}: {field} {rule}", self.account))?;
+            }
+        }
+        for (field, value) in [
+            ("window_max_value_wei", &self.window_max_value_wei),
+            ("window_max_lamports", &self.window_max_lamports),
+        ] {
+            if !value.is_empty() && self.window_secs == 0 {
+                return Err(format!(
+                    "policy for {}: {field} needs window_secs",
+                    self.account
+                ));
+            }
+        }
+        for key in &self.allowed_co_signers {
+            SolanaPubkey::parse(key).map_err(|rule| {
+                format!(
+                    "policy for {}: allowed_co_signers {key:?} {rule}",
+                    self.account
+                )
+            })?;
         }
         for selector in &self.allowed_selectors {
             let digits = selector.strip_prefix("0x").unwrap_or_default();
@@ -83,10 +121,8 @@ impl KeyPolicy {
         let (chain_id, to, value, data) = match intent {
             Intent::EvmTransfer(t) => (t.chain_id, t.to.to_string(), &t.value, None),
             Intent::EvmContractCall(c) => (c.chain_id, c.to.to_string(), &c.value, Some(&c.data)),
-            Intent::SolanaTransfer(_) => return self.check_programs([SYSTEM_PROGRAM.to_owned()]),
-            Intent::SolanaInstructions(list) => {
-                return self
-                    .check_programs(list.instructions.iter().map(|ix| ix.program_id.to_string()));
+            Intent::SolanaTransfer(_) | Intent::SolanaInstructions(_) => {
+                return self.check_solana(intent);
             }
         };
         if !self.allowed_chain_ids.is_empty() && !self.allowed_chain_ids.contains(&chain_id) {
@@ -102,43 +138,168 @@ impl KeyPolicy {
                 "value {value} wei exceeds max_value_wei {max}"
             )));
         }
-        match data {
-            None => {
-                if !self.allowed_recipients.is_empty()
-                    && !self.allowed_recipients.iter().any(|r| same_address(r, &to))
-                {
-                    return Err(Violation(format!(
-                        "recipient {to} is not in allowed_recipients"
-                    )));
-                }
+        // A contract call that carries value pays its target: it is a transfer too.
+        if (data.is_none() || value != &Wei::zero()) && !self.allowed_recipient(&to) {
+            return Err(Violation(format!(
+                "recipient {to} is not in allowed_recipients"
+            )));
+        }
+        if let Some(data) = data {
+            if !self.allowed_contracts.is_empty()
+                && !self.allowed_contracts.iter().any(|c| same_address(c, &to))
+            {
+                return Err(Violation(format!(
+                    "contract {to} is not in allowed_contracts"
+                )));
             }
-            Some(data) => {
-                if !self.allowed_contracts.is_empty()
-                    && !self.allowed_contracts.iter().any(|c| same_address(c, &to))
+            if !self.allowed_selectors.is_empty() {
+                let selector = data
+                    .get(..4)
+                    .map(|s| format!("0x{}", hex::encode(s)))
+                    .unwrap_or_default();
+                if !self
+                    .allowed_selectors
+                    .iter()
+                    .any(|s| s.eq_ignore_ascii_case(&selector))
                 {
                     return Err(Violation(format!(
-                        "contract {to} is not in allowed_contracts"
+                        "function selector {selector:?} is not in allowed_selectors"
                     )));
-                }
-                if !self.allowed_selectors.is_empty() {
-                    let selector = data
-                        .get(..4)
-                        .map(|s| format!("0x{}", hex::encode(s)))
-                        .unwrap_or_default();
-                    if !self
-                        .allowed_selectors
-                        .iter()
-                        .any(|s| s.eq_ignore_ascii_case(&selector))
-                    {
-                        return Err(Violation(format!(
-                            "function selector {selector:?} is not in allowed_selectors"
-                        )));
-                    }
                 }
             }
         }
         Ok(())
     }
+
+    fn allowed_recipient(&self, to: &str) -> bool {
+        self.allowed_recipients.is_empty()
+            || self.allowed_recipients.iter().any(|r| same_address(r, to))
+    }
+
+    fn check_solana(&self, intent: &Intent) -> Result<(), Violation> {
+        let programs: Vec<String> = match intent {
+            Intent::SolanaInstructions(list) => list
+                .instructions
+                .iter()
+                .map(|ix| ix.program_id.to_string())
+                .collect(),
+            _ => vec![SYSTEM_PROGRAM.to_owned()],
+        };
+        self.check_programs(programs)?;
+        let limited = !self.max_lamports.is_empty()
+            || !self.window_max_lamports.is_empty()
+            || !self.allowed_recipients.is_empty();
+        if !limited {
+            return Ok(());
+        }
+        let moved = lamports_moved(intent)?;
+        if let Ok(max) = Lamports::parse(&self.max_lamports) {
+            let total = moved.iter().map(|(_, l)| u128::from(*l)).sum::<u128>();
+            if total > u128::from(max.0) {
+                return Err(Violation(format!(
+                    "{total} lamports exceed max_lamports {max}"
+                )));
+            }
+        }
+        if let Some((to, _)) = moved.iter().find(|(to, _)| !self.allowed_recipient(to)) {
+            return Err(Violation(format!(
+                "recipient {to} is not in allowed_recipients"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Checks an intent against the policy of the account the intent itself names (never a
+/// separate field), and against the rules that hold without any policy: a Solana instruction
+/// list may make no key but its fee payer sign, unless the fee payer's policy names it in
+/// `allowed_co_signers`.
+pub fn check_intent(policies: &[KeyPolicy], intent: &Intent) -> Result<(), Violation> {
+    let account = intent.account();
+    let policy = policy_for(policies, &account);
+    if let Intent::SolanaInstructions(list) = intent {
+        let allowed = policy.map_or(&[][..], |p| p.allowed_co_signers.as_slice());
+        check_co_signers(&list.fee_payer.to_string(), allowed, co_signers(list))?;
+    }
+    match policy {
+        Some(policy) => policy.check(intent),
+        None => Ok(()),
+    }
+}
+
+/// Refuses any signer but the fee payer that `allowed` does not name. Applied to the intent
+/// at submit, and by the signer to the message it is about to sign.
+pub fn check_co_signers<I>(fee_payer: &str, allowed: &[String], signers: I) -> Result<(), Violation>
+where
+    I: IntoIterator<Item = String>,
+{
+    match signers
+        .into_iter()
+        .find(|key| key != fee_payer && !allowed.iter().any(|a| a == key))
+    {
+        Some(key) => Err(Violation(format!(
+            "the instructions need a signature of {key}, not only of the fee payer {fee_payer}; \
+             only keys in the fee payer's allowed_co_signers may co-sign"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The keys an instruction list marks as signers.
+fn co_signers(list: &SolanaInstructions) -> Vec<String> {
+    list.instructions
+        .iter()
+        .flat_map(|ix| ix.accounts.iter())
+        .filter(|meta| meta.is_signer)
+        .map(|meta| meta.pubkey.to_string())
+        .collect()
+}
+
+/// Where the intent moves lamports to, and how many. Only the System Program can debit an
+/// account it owns (every wallet), so its instructions are all that move a signer's SOL; one
+/// whose lamports cannot be read is refused rather than counted as zero.
+pub fn lamports_moved(intent: &Intent) -> Result<Vec<(String, u64)>, Violation> {
+    let list = match intent {
+        Intent::SolanaTransfer(t) => return Ok(vec![(t.to.to_string(), t.lamports.0)]),
+        Intent::SolanaInstructions(list) => list,
+        _ => return Ok(Vec::new()),
+    };
+    let mut moved = Vec::new();
+    for (index, ix) in list.instructions.iter().enumerate() {
+        if ix.program_id.to_string() != SYSTEM_PROGRAM {
+            continue;
+        }
+        let unreadable = || {
+            Violation(format!(
+                "instruction {index}: a System Program instruction whose lamports this policy \
+                 cannot bound"
+            ))
+        };
+        let kind = ix
+            .data
+            .get(..4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or_else(unreadable)?;
+        // The recipient's position among the instruction's accounts, for the kinds that move
+        // lamports with the amount right after the kind: create account, transfer, withdraw
+        // from a nonce account, transfer with seed.
+        let recipient = match kind {
+            0 | 2 | 5 => 1,
+            11 => 2,
+            // Assign, advance/initialize/authorize/upgrade nonce, allocate(+seed), assign with
+            // seed: no lamports move.
+            1 | 4 | 6 | 7 | 8 | 9 | 10 | 12 => continue,
+            _ => return Err(unreadable()),
+        };
+        let lamports = ix
+            .data
+            .get(4..12)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+            .ok_or_else(unreadable)?;
+        let to = ix.accounts.get(recipient).ok_or_else(unreadable)?;
+        moved.push((to.pubkey.to_string(), lamports));
+    }
+    Ok(moved)
 }
 
 /// The Solana System Program, which SOL transfers invoke.
@@ -172,7 +333,10 @@ pub fn policy_for<'a>(policies: &'a [KeyPolicy], account: &str) -> Option<&'a Ke
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{EvmAddress, EvmContractCall, EvmTransfer};
+    use crate::{
+        EvmAddress, EvmContractCall, EvmTransfer, Lamports, SolanaAccountMeta, SolanaInstruction,
+        SolanaTransfer,
+    };
 
     const A: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
     const B: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
@@ -208,7 +372,7 @@ mod tests {
             allowed_recipients: vec![B.to_lowercase()],
             allowed_contracts: vec![B.into()],
             allowed_selectors: vec!["0xa9059cbb".into()],
-            allowed_program_ids: vec![],
+            ..Default::default()
         };
         assert_eq!(policy.check(&transfer(1, B, "100")), Ok(()));
         assert!(policy.validate().is_ok());
@@ -237,9 +401,6 @@ mod tests {
 
     #[test]
     fn solana_program_ids() {
-        use crate::{
-            Lamports, SolanaInstruction, SolanaInstructions, SolanaPubkey, SolanaTransfer,
-        };
         let key = SolanaPubkey::from([1; 32]);
         let policy = KeyPolicy {
             account: key.to_string(),
@@ -269,6 +430,169 @@ mod tests {
                 .0
                 .contains("allowed_program_ids")
         );
+    }
+
+    fn call_with_value(to: &str, value: &str) -> Intent {
+        let Intent::EvmContractCall(call) = call(to, vec![0xa9, 0x05, 0x9c, 0xbb]) else {
+            unreachable!()
+        };
+        Intent::EvmContractCall(EvmContractCall {
+            value: Wei::parse(value).unwrap(),
+            ..call
+        })
+    }
+
+    #[test]
+    fn a_contract_call_that_carries_value_is_held_to_the_recipient_rule() {
+        let policy = KeyPolicy {
+            account: A.into(),
+            allowed_recipients: vec![B.into()],
+            ..Default::default()
+        };
+        assert_eq!(policy.check(&call_with_value(A, "0")), Ok(()));
+        assert!(
+            policy
+                .check(&call_with_value(A, "1"))
+                .unwrap_err()
+                .0
+                .contains("recipient")
+        );
+        assert_eq!(policy.check(&call_with_value(B, "1")), Ok(()));
+    }
+
+    fn system_ix(kind: u32, lamports: u64, accounts: &[SolanaPubkey]) -> SolanaInstruction {
+        let mut data = kind.to_le_bytes().to_vec();
+        data.extend_from_slice(&lamports.to_le_bytes());
+        SolanaInstruction {
+            program_id: SolanaPubkey::parse(SYSTEM_PROGRAM).unwrap(),
+            accounts: accounts
+                .iter()
+                .enumerate()
+                .map(|(i, key)| SolanaAccountMeta {
+                    pubkey: *key,
+                    is_signer: i == 0,
+                    is_writable: true,
+                })
+                .collect(),
+            data,
+        }
+    }
+
+    fn instructions(payer: SolanaPubkey, list: Vec<SolanaInstruction>) -> Intent {
+        Intent::SolanaInstructions(SolanaInstructions {
+            cluster: "localnet".into(),
+            fee_payer: payer,
+            instructions: list,
+        })
+    }
+
+    #[test]
+    fn lamports_are_limited_in_transfers_and_in_instruction_lists() {
+        let (payer, friend, stranger) = (
+            SolanaPubkey::from([1; 32]),
+            SolanaPubkey::from([2; 32]),
+            SolanaPubkey::from([3; 32]),
+        );
+        let policy = KeyPolicy {
+            account: payer.to_string(),
+            max_lamports: "1000".into(),
+            allowed_recipients: vec![friend.to_string()],
+            ..Default::default()
+        };
+        policy.validate().unwrap();
+        let transfer = |to: SolanaPubkey, lamports: u64| {
+            Intent::SolanaTransfer(SolanaTransfer {
+                cluster: "localnet".into(),
+                from: payer,
+                to,
+                lamports: Lamports(lamports),
+            })
+        };
+        assert_eq!(policy.check(&transfer(friend, 1000)), Ok(()));
+        let rule = |intent: &Intent| policy.check(intent).unwrap_err().0;
+        assert!(rule(&transfer(friend, 1001)).contains("max_lamports"));
+        assert!(rule(&transfer(stranger, 1)).contains("allowed_recipients"));
+        // The same limits inside an instruction list: two transfers that add up past the
+        // limit, a transfer to a stranger, a create-account that funds one.
+        let two = instructions(
+            payer,
+            vec![
+                system_ix(2, 600, &[payer, friend]),
+                system_ix(2, 600, &[payer, friend]),
+            ],
+        );
+        assert!(rule(&two).contains("1200 lamports exceed max_lamports"));
+        let to_stranger = instructions(payer, vec![system_ix(2, 1, &[payer, stranger])]);
+        assert!(rule(&to_stranger).contains(&stranger.to_string()));
+        let create = instructions(payer, vec![system_ix(0, 5000, &[payer, friend])]);
+        assert!(rule(&create).contains("max_lamports"));
+        let advance = instructions(payer, vec![system_ix(4, 0, &[friend])]);
+        assert_eq!(
+            policy.check(&advance),
+            Ok(()),
+            "advancing a nonce moves nothing"
+        );
+        let mut unknown = system_ix(3, 0, &[payer, friend]);
+        unknown.data.truncate(4);
+        assert!(
+            rule(&instructions(payer, vec![unknown])).contains("cannot bound"),
+            "an instruction whose lamports cannot be read is refused, not counted as 0"
+        );
+        // Base58 is case-sensitive: a recipient differing only in case is another key.
+        let swapped: String = friend
+            .to_string()
+            .chars()
+            .map(|c| {
+                if c.is_ascii_lowercase() {
+                    c.to_ascii_uppercase()
+                } else {
+                    c.to_ascii_lowercase()
+                }
+            })
+            .collect();
+        assert!(!same_address(&swapped, &friend.to_string()));
+        let bad = KeyPolicy {
+            window_max_lamports: "5".into(),
+            ..policy.clone()
+        };
+        assert!(bad.validate().unwrap_err().contains("window_secs"));
+    }
+
+    #[test]
+    fn only_the_fee_payer_signs_unless_its_policy_names_a_co_signer() {
+        let (payer, other) = (SolanaPubkey::from([1; 32]), SolanaPubkey::from([2; 32]));
+        // A transfer out of another held key, which the fee payer's caller asks it to sign.
+        let spend_other = instructions(payer, vec![system_ix(2, 1, &[other, payer])]);
+        let refused = check_intent(&[], &spend_other).unwrap_err().0;
+        assert!(
+            refused.contains(&other.to_string()) && refused.contains("allowed_co_signers"),
+            "{refused}"
+        );
+        let allowing = KeyPolicy {
+            account: payer.to_string(),
+            allowed_co_signers: vec![other.to_string()],
+            ..Default::default()
+        };
+        assert_eq!(
+            check_intent(std::slice::from_ref(&allowing), &spend_other),
+            Ok(())
+        );
+        let elsewhere = KeyPolicy {
+            account: other.to_string(),
+            allowed_co_signers: vec![other.to_string()],
+            ..Default::default()
+        };
+        assert!(
+            check_intent(&[elsewhere], &spend_other).is_err(),
+            "only the fee payer's own policy may allow it"
+        );
+        let own = instructions(payer, vec![system_ix(2, 1, &[payer, other])]);
+        assert_eq!(check_intent(&[], &own), Ok(()));
+        let bad = KeyPolicy {
+            allowed_co_signers: vec!["not base58!".into()],
+            ..allowing
+        };
+        assert!(bad.validate().unwrap_err().contains("allowed_co_signers"));
     }
 
     #[test]

@@ -122,10 +122,7 @@ impl EvmRpc {
             Ok(value) => quantity_u128(&value).unwrap_or(1_000_000_000),
             Err(_) => 1_000_000_000,
         };
-        Ok(crate::Fees::Eip1559 {
-            max_fee_per_gas: base * 2 + tip,
-            max_priority_fee_per_gas: tip,
-        })
+        Ok(eip1559_fees_from(base, tip))
     }
 
     /// `eth_gasPrice`, for legacy transactions.
@@ -173,8 +170,36 @@ pub(crate) fn parse_receipt(value: &Value) -> Option<Receipt> {
     })
 }
 
+/// Fees for a new EIP-1559 transaction from a node's base fee and tip: room for the base fee
+/// to double, plus the tip. Saturating: the numbers come from a node, and a wrapped sum would
+/// sign a transaction far below what was asked (the signer caps it in any case).
+pub(crate) fn eip1559_fees_from(base: u128, tip: u128) -> crate::Fees {
+    crate::Fees::Eip1559 {
+        max_fee_per_gas: base.saturating_mul(2).saturating_add(tip),
+        max_priority_fee_per_gas: tip,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn fees_from_a_node_never_wrap() {
+        assert_eq!(
+            super::eip1559_fees_from(u128::MAX / 2 + 1, 5),
+            crate::Fees::Eip1559 {
+                max_fee_per_gas: u128::MAX,
+                max_priority_fee_per_gas: 5,
+            }
+        );
+        assert_eq!(
+            super::eip1559_fees_from(7, 1),
+            crate::Fees::Eip1559 {
+                max_fee_per_gas: 15,
+                max_priority_fee_per_gas: 1,
+            }
+        );
+    }
     use super::*;
 
     #[test]

@@ -254,7 +254,7 @@ impl Fees {
     /// Whether a node takes these fees as a replacement of `previous` at the same nonce:
     /// at least 10% more on every field, and of the same type.
     pub fn replaces(&self, previous: &Fees) -> bool {
-        let above = |new: u128, old: u128| new >= old + old / 10;
+        let above = |new: u128, old: u128| new >= old.saturating_add(old / 10);
         match (*self, *previous) {
             (
                 Fees::Eip1559 {
@@ -274,7 +274,7 @@ impl Fees {
     /// Fees for a replacement at the same nonce: at least `current` and at least 25% above
     /// `previous` on every field (nodes require +10% to replace a pending transaction).
     pub fn bumped(previous: Fees, current: Fees) -> Fees {
-        let up = |old: u128, now: u128| now.max(old + old / 4 + 1);
+        let up = |old: u128, now: u128| now.max(old.saturating_add(old / 4).saturating_add(1));
         match (previous, current) {
             (
                 Fees::Eip1559 {

@@ -87,8 +87,8 @@ impl Gateway {
             Some(stored) => operations::classify_submit(stored, &fingerprint),
             None => {
                 let account = intent.account();
-                if let Some(policy) = sigcast_domain::policy::policy_for(&self.policies, &account)
-                    && let Err(violation) = policy.check(&intent)
+                if let Err(violation) =
+                    sigcast_domain::policy::check_intent(&self.policies, &intent)
                 {
                     tracing::info!(op.id = %op_id, %account, rule = %violation.0, "refused by key policy");
                     return Err(Error::PolicyDenied {

@@ -9,7 +9,7 @@ use crate::config::{Config, TxType};
 use crate::error::{Error, Result};
 use crate::keys::Keyring;
 use prost::Message;
-use sigcast_domain::policy::{KeyPolicy, policy_for};
+use sigcast_domain::policy::{KeyPolicy, check_intent, policy_for};
 use sigcast_domain::{EvmAddress, EvmTransfer, Wei};
 use sigcast_domain::{Intent, IntentRules, OperationState};
 use sigcast_evm::U256;
@@ -294,18 +294,25 @@ impl Signer {
         &self.keys
     }
 
-    /// The operation's stored intent, parsed against the chains this signer serves.
+    /// The operation's stored intent, parsed against the chains this signer serves, and
+    /// checked against the record around it: the fingerprint recomputed, the account and chain
+    /// taken from the intent. A record whose fields disagree with its intent (written by
+    /// something other than the gateway) is refused: the key, its policy and its nonces are
+    /// chosen from the intent alone.
     fn stored_intent(&self, op: &pb::Operation) -> Result<Intent> {
-        intent_from_proto("intent", op.intent.as_ref(), &self.rules).map_err(|violations| {
-            Error::BadIntent {
-                op_id: op.op_id.clone(),
-                reason: violations
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            }
-        })
+        let intent =
+            intent_from_proto("intent", op.intent.as_ref(), &self.rules).map_err(|violations| {
+                Error::BadIntent {
+                    op_id: op.op_id.clone(),
+                    reason: violations
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                }
+            })?;
+        record_matches(op, &intent)?;
+        Ok(intent)
     }
 
     /// Parses the stored intent and finds the key and chain it needs.
@@ -368,13 +375,11 @@ impl Signer {
         } = self.resolve(&op)?;
         self.ensure_verified(op_id, chain_id, chain).await?;
         let from = Address::from(*from.as_bytes());
-        let policy = policy_for(&self.policies, &op.account).cloned();
-        if let Some(policy) = &policy {
-            policy.check(&intent).map_err(|v| Error::PolicyDenied {
-                op_id: op_id.to_owned(),
-                rule: v.0,
-            })?;
-        }
+        check_intent(&self.policies, &intent).map_err(|v| Error::PolicyDenied {
+            op_id: op_id.to_owned(),
+            rule: v.0,
+        })?;
+        let policy = policy_for(&self.policies, &intent.account()).cloned();
         let value = match &intent {
             Intent::EvmTransfer(t) => {
                 U256::from_str_radix(t.value.as_str(), 10).unwrap_or(U256::MAX)
@@ -405,8 +410,9 @@ impl Signer {
                         .estimate_gas(from, to, c.value.as_str(), &c.data)
                         .await
                         .map_err(chain_error)?;
-                    // Headroom: state may change between estimate and inclusion.
-                    estimate + estimate / 5
+                    // Headroom: state may change between estimate and inclusion. (Saturating:
+                    // the estimate is a node's number; the node refuses a limit over its block.)
+                    estimate.saturating_add(estimate / 5)
                 }
             },
             _ => TRANSFER_GAS,
@@ -477,6 +483,10 @@ pub fn sign_initial_evm(
     if let Some(done) = already_signed(&stored).transpose() {
         return Ok(done);
     }
+    // The record read inside the transaction is the one whose intent was checked.
+    if let Err(refusal) = record_matches(&stored, &r.intent) {
+        return Ok(Err(refusal));
+    }
     let chain_key = stored.chain.clone();
     let account = stored.account.clone();
     if let Some(policy) = r.policy.as_ref().filter(|p| p.window_secs > 0) {
@@ -488,7 +498,7 @@ pub fn sign_initial_evm(
             .fold(U256::ZERO, |sum, v| {
                 sum.saturating_add(U256::from_be_slice(v))
             });
-        if let Err(rule) = check_window(policy, spent, r.value) {
+        if let Err(rule) = check_window(policy, "wei", spent, r.value) {
             return Ok(Err(Error::PolicyDenied {
                 op_id: r.op_id.clone(),
                 rule,
@@ -876,18 +886,47 @@ impl Signing<'_> {
 }
 
 /// The rolling-window rule: `spent` is what the key signed within the policy's window.
-fn check_window(policy: &KeyPolicy, spent: U256, value: U256) -> Result<(), String> {
-    let Ok(max) = U256::from_str_radix(&policy.window_max_value_wei, 10) else {
+/// The rolling-window rule for an amount in `unit` ("wei" or "lamports"), whose limit is
+/// `window_max_<unit>` (wei: `window_max_value_wei`).
+fn check_window(policy: &KeyPolicy, unit: &str, spent: U256, value: U256) -> Result<(), String> {
+    let (field, limit) = match unit {
+        "lamports" => ("window_max_lamports", &policy.window_max_lamports),
+        _ => ("window_max_value_wei", &policy.window_max_value_wei),
+    };
+    let Ok(max) = U256::from_str_radix(limit, 10) else {
         return Ok(()); // no window limit (validated at start)
     };
     let total = spent.saturating_add(value);
     if total > max {
         return Err(format!(
-            "value {value} wei would bring the last {} s to {total} wei, over window_max_value_wei {max}",
+            "value {value} {unit} would bring the last {} s to {total} {unit}, over {field} {max}",
             policy.window_secs
         ));
     }
     Ok(())
+}
+
+/// Whether the record's own fields say what its intent says (see `Signer::stored_intent`).
+pub(crate) fn record_matches(op: &pb::Operation, intent: &Intent) -> Result<()> {
+    let fingerprint = intent.fingerprint().to_string();
+    let (account, chain) = (intent.account(), intent.chain().to_string());
+    let mismatch = [
+        ("intent_fingerprint", &op.intent_fingerprint, &fingerprint),
+        ("account", &op.account, &account),
+        ("chain", &op.chain, &chain),
+    ]
+    .into_iter()
+    .find(|(_, recorded, computed)| recorded != computed);
+    match mismatch {
+        None => Ok(()),
+        Some((field, recorded, computed)) => Err(Error::BadIntent {
+            op_id: op.op_id.clone(),
+            reason: format!(
+                "the record's {field} is {recorded:?} but its intent gives {computed:?}: \
+                 the record was not written by the gateway; nothing is signed"
+            ),
+        }),
+    }
 }
 
 fn unix_millis(time: SystemTime) -> i64 {

@@ -6,12 +6,13 @@
 //! valid block height (blockhash), or the nonce account advanced past the value they carry
 //! (durable nonce), and in both cases no status for any of their signatures.
 
-use super::{Signed, Signer, already_signed, unix_millis};
+use super::{Signed, Signer, already_signed, check_window, unix_millis};
 use crate::error::{Error, Result};
 use prost::Message;
 use sigcast_domain::Intent;
 use sigcast_domain::OperationState;
-use sigcast_domain::policy::policy_for;
+use sigcast_domain::policy::{check_co_signers, check_intent, lamports_moved, policy_for};
+use sigcast_evm::U256;
 use sigcast_proto::sigcast::signer::v1::{AuditRecord, SignPurpose};
 use sigcast_proto::{pb, state_from_proto, state_to_proto};
 use sigcast_solana::{Lifetime, SolanaRpc};
@@ -237,12 +238,10 @@ impl Signer {
                 chain: intent.chain().to_string(),
             });
         }
-        if let Some(policy) = policy_for(&self.policies, &op.account) {
-            policy.check(&intent).map_err(|v| Error::PolicyDenied {
-                op_id: op_id.clone(),
-                rule: v.0,
-            })?;
-        }
+        check_intent(&self.policies, &intent).map_err(|v| Error::PolicyDenied {
+            op_id: op_id.clone(),
+            rule: v.0,
+        })?;
         let rpc = self.solana_rpc(&op)?;
         let base_price = self.solana[op.chain.trim_start_matches("solana:")].1;
         // A re-sign raises the priority fee: attempt n pays n times the base price.
@@ -331,6 +330,8 @@ impl Signer {
                 already_signed: true,
             });
         }
+        // Checked like any signature: the nonce's authority is the account of the intent.
+        self.stored_intent(&op)?;
         let Some(pb::operation::Signing::Solana(signing)) = &op.signing else {
             return Err(not_signable("not a Solana operation"));
         };
@@ -372,7 +373,37 @@ impl Signer {
         caller: &str,
     ) -> Result<Signed> {
         let op_id = op.op_id.clone();
-        let keys = sigcast_solana::signers(&message)
+        let policy = policy_for(&self.policies, &op.account).cloned();
+        let signers = sigcast_solana::signers(&message);
+        // What is about to be signed, not only the intent: no key but the fee payer's signs
+        // unless the fee payer's policy names it.
+        check_co_signers(
+            &op.account,
+            policy
+                .as_ref()
+                .map_or(&[][..], |p| p.allowed_co_signers.as_slice()),
+            signers.iter().map(|key| b58(key)),
+        )
+        .map_err(|v| Error::PolicyDenied {
+            op_id: op_id.clone(),
+            rule: v.0,
+        })?;
+        // The rolling window counts an operation once, at its first signature.
+        let window = match policy.filter(|p| p.window_secs > 0 && number == 1) {
+            Some(policy) => {
+                let intent = self.stored_intent(&op)?;
+                let moved = lamports_moved(&intent).map_err(|v| Error::PolicyDenied {
+                    op_id: op_id.clone(),
+                    rule: v.0,
+                })?;
+                let lamports = moved
+                    .iter()
+                    .fold(U256::ZERO, |sum, (_, l)| sum.saturating_add(U256::from(*l)));
+                Some((policy, lamports))
+            }
+            None => None,
+        };
+        let keys = signers
             .into_iter()
             .map(|signer| {
                 self.keys.ed25519(&signer).ok_or_else(|| Error::NoKey {
@@ -386,6 +417,7 @@ impl Signer {
         let caller = caller.to_owned();
         let id = op_id.clone();
         let cluster = op.chain.trim_start_matches("solana:").to_owned();
+        let chain = op.chain.clone();
         let in_process = keys.iter().all(|k| k.backend() == "keystore");
         let outcome = self
             .commit(in_process, move |tx| {
@@ -407,6 +439,32 @@ impl Signer {
                         attempt: last.number,
                         already_signed: true,
                     }));
+                }
+                if let Some((policy, lamports)) = &window {
+                    let now_ms = unix_millis(now);
+                    let since = now_ms
+                        - i64::try_from(policy.window_secs.saturating_mul(1000))
+                            .unwrap_or(i64::MAX);
+                    let spent = accounts::spent_since(tx, &root, &chain, &stored.account, since)?
+                        .iter()
+                        .fold(U256::ZERO, |sum, v| {
+                            sum.saturating_add(U256::from_be_slice(v))
+                        });
+                    if let Err(rule) = check_window(policy, "lamports", spent, *lamports) {
+                        return Ok(Err(Error::PolicyDenied {
+                            op_id: id.clone(),
+                            rule,
+                        }));
+                    }
+                    accounts::record_spend(
+                        tx,
+                        &root,
+                        &chain,
+                        &stored.account,
+                        now_ms,
+                        &id,
+                        &lamports.to_be_bytes::<32>(),
+                    )?;
                 }
                 // DO NOT TURN THIS OFF: a nonce account's value is signed over by one operation
                 // at a time; another may take it only once its holder is terminal.

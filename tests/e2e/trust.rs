@@ -1,0 +1,305 @@
+//! The signer checks what it signs, whatever wrote the record: the account and policy come
+//! from the intent, a Solana message signs with no held key but the fee payer's unless policy
+//! allows it, and value, recipient and window limits hold for lamports too.
+
+use crate::evm::{DEV, recipient as evm_recipient, transfer, wait_terminal};
+use crate::solana_node::SolanaNode;
+use crate::solana_ops::{FEE, SOL, balance, key_bytes, recipient, sol_transfer};
+use sigcast_domain::IntentRules;
+use sigcast_e2e::{Stack, StackOptions};
+use sigcast_evm::{EvmRpc, RpcPool};
+use sigcast_proto::pb;
+use sigcast_proto::sigcast::signer::v1::SignOperationRequest;
+use sigcast_store::{Store, StoreConfig, accounts, operations};
+use std::time::{Duration, SystemTime};
+
+fn store_of(stack: &Stack) -> Store {
+    Store::open(&StoreConfig::sqlite(stack.dir.path().join("sigcast.db"))).unwrap()
+}
+
+fn sign_first(op_id: &str) -> SignOperationRequest {
+    SignOperationRequest {
+        op_id: op_id.into(),
+        purpose: 1,
+        replaces_attempt: 0,
+    }
+}
+
+/// What a store writer other than the gateway might record: `request`'s operation, with
+/// `tamper` applied to the record around the intent.
+fn record_directly(
+    store: &Store,
+    request: &pb::SubmitOperationRequest,
+    tamper: impl Fn(&mut pb::Operation),
+) {
+    let rules = IntentRules::default();
+    let intent = sigcast_proto::intent_from_proto("intent", request.intent.as_ref(), &rules)
+        .expect("a valid intent");
+    let op_id = sigcast_domain::OpId::parse(&request.op_id).unwrap();
+    let mut op = sigcast_proto::new_operation(&op_id, &intent);
+    tamper(&mut op);
+    let root = store.root().clone();
+    store
+        .run(|tx| operations::submit(tx, &root, op.clone(), SystemTime::now()).map(|_| ()))
+        .unwrap();
+}
+
+/// Nothing of `op_id` was signed: no payload, no audit record, still RECEIVED.
+fn assert_nothing_signed(store: &Store, op_id: &str) {
+    let root = store.root().clone();
+    let (op, payload, audit) = store
+        .read(|tx| {
+            Ok((
+                operations::get(tx, &root, op_id)?,
+                accounts::payload(tx, &root, op_id, 1)?,
+                accounts::audit_records(tx, &root, op_id)?,
+            ))
+        })
+        .unwrap();
+    assert_eq!(op.unwrap().state(), pb::OperationState::Received);
+    assert!(payload.is_none(), "{op_id}: a payload was stored");
+    assert!(audit.is_empty(), "{op_id}: an audit record was written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_record_naming_another_account_than_its_intent_is_not_signed() {
+    // DEV[1] may move 1 wei per operation; DEV[0] has no policy. A record whose intent spends
+    // from DEV[1] but whose account field says DEV[0] used to be checked against DEV[0]'s
+    // (absent) policy and signed with DEV[1]'s key.
+    let mut stack = Stack::start(StackOptions {
+        accounts: 2,
+        signer_tables: format!(
+            "[[policies]]\naccount = \"{}\"\nmax_value_wei = \"1\"\n",
+            DEV[1]
+        ),
+        ..Default::default()
+    })
+    .await;
+    stack.broadcasters[0].kill9(); // the test drives the signer
+    let store = store_of(&stack);
+    let request = transfer("disguised", DEV[1], &evm_recipient(0), 5_000);
+    record_directly(&store, &request, |op| op.account = DEV[0].to_lowercase());
+    let mut signer = sigcast_e2e::signer_client(&stack.signer_socket(0))
+        .await
+        .unwrap();
+    let refused = signer
+        .sign_operation(sign_first("disguised"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().contains("account") && refused.message().contains("not written by"),
+        "{}",
+        refused.message()
+    );
+    assert_nothing_signed(&store, "disguised");
+    // A record whose fingerprint is not its intent's is refused the same way.
+    let request = transfer("refingerprinted", DEV[0], &evm_recipient(0), 5_000);
+    record_directly(&store, &request, |op| {
+        op.intent_fingerprint = "00".repeat(32);
+    });
+    let refused = signer
+        .sign_operation(sign_first("refingerprinted"))
+        .await
+        .unwrap_err();
+    assert!(
+        refused.message().contains("intent_fingerprint"),
+        "{}",
+        refused.message()
+    );
+    assert_nothing_signed(&store, "refingerprinted");
+    let node = EvmRpc::new(
+        std::slice::from_ref(&stack.anvil.url),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    for account in &DEV[..2] {
+        assert_eq!(node.nonce(account.parse().unwrap()).await.unwrap(), 0);
+    }
+}
+
+/// An instruction list paid by `payer` with one System Program transfer of `lamports` from
+/// `from` to `to`: `from` must sign.
+fn system_transfer(
+    op_id: &str,
+    payer: &str,
+    from: &str,
+    to: &str,
+    lamports: u64,
+) -> pb::SubmitOperationRequest {
+    let mut data = 2u32.to_le_bytes().to_vec();
+    data.extend_from_slice(&lamports.to_le_bytes());
+    let meta = |pubkey: &str, is_signer: bool| pb::SolanaAccountMeta {
+        pubkey: pubkey.into(),
+        is_signer,
+        is_writable: true,
+    };
+    pb::SubmitOperationRequest {
+        op_id: op_id.into(),
+        intent: Some(pb::Intent {
+            kind: Some(pb::intent::Kind::SolanaInstructions(
+                pb::SolanaInstructions {
+                    cluster: "localnet".into(),
+                    fee_payer: payer.into(),
+                    instructions: vec![pb::SolanaInstruction {
+                        program_id: "11111111111111111111111111111111".into(),
+                        accounts: vec![meta(from, true), meta(to, false)],
+                        data,
+                    }],
+                },
+            )),
+        }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_solana_intent_that_makes_another_held_key_sign_is_refused_and_signs_nothing() {
+    let node = SolanaNode::start(Duration::from_millis(50)).await;
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        solana_rpc: Some(node.url.clone()),
+        solana_accounts: 2,
+        ..Default::default()
+    })
+    .await;
+    let (payer, victim) = (
+        stack.solana_accounts[0].clone(),
+        stack.solana_accounts[1].clone(),
+    );
+    for key in [&payer, &victim] {
+        node.airdrop(key_bytes(key), 10 * SOL);
+    }
+    node.airdrop(key_bytes(&recipient(0)), SOL);
+    // The caller of the fee payer's key asks for a transfer out of the other held key.
+    let request = system_transfer("drain", &payer, &victim, &recipient(0), 3 * SOL);
+    let mut client = stack.client().await;
+    let refused = client.submit_operation(request.clone()).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert!(
+        refused.message().contains(&victim) && refused.message().contains("allowed_co_signers"),
+        "{}",
+        refused.message()
+    );
+    let absent = client
+        .get_operation(pb::GetOperationRequest {
+            op_id: "drain".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(absent.code(), tonic::Code::NotFound, "nothing was recorded");
+
+    // The same operation recorded behind the gateway's back: the signer refuses it too,
+    // from the message it would sign, and the broadcaster settles it REJECTED.
+    let store = store_of(&stack);
+    record_directly(&store, &request, |_| {});
+    let done = wait_terminal(&stack, &["drain".into()], Duration::from_secs(60)).await;
+    let op = &done["drain"];
+    assert_eq!(op.state(), pb::OperationState::Rejected, "{op:?}");
+    let error = op.error.as_ref().unwrap();
+    assert_eq!(error.reason, "SIGNER_REFUSED");
+    assert!(error.message.contains(&victim), "{}", error.message);
+    assert!(
+        op.attempts.is_empty(),
+        "nothing was signed: {:?}",
+        op.attempts
+    );
+    let pool = RpcPool::new(std::slice::from_ref(&node.url), Duration::from_secs(5)).unwrap();
+    assert_eq!(balance(&pool, &victim).await, 10 * SOL);
+    assert_eq!(balance(&pool, &recipient(0)).await, SOL);
+
+    // A transfer the fee payer makes itself is untouched by the rule.
+    client
+        .submit_operation(system_transfer("own", &payer, &payer, &recipient(0), SOL))
+        .await
+        .unwrap();
+    let done = wait_terminal(&stack, &["own".into()], Duration::from_secs(60)).await;
+    assert_eq!(
+        done["own"].state(),
+        pb::OperationState::Confirmed,
+        "{}",
+        stack.logs()
+    );
+    assert_eq!(balance(&pool, &recipient(0)).await, 2 * SOL);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lamports_are_held_to_the_value_recipient_and_window_limits() {
+    let node = SolanaNode::start(Duration::from_millis(50)).await;
+    let mut stack_options = StackOptions {
+        accounts: 1,
+        solana_rpc: Some(node.url.clone()),
+        solana_accounts: 1,
+        ..Default::default()
+    };
+    // The policy names the key, which the stack generates: a `*` policy governs it.
+    stack_options.signer_tables = format!(
+        "[[policies]]\naccount = \"*\"\nmax_lamports = \"10000\"\nwindow_max_lamports = \"15000\"\n\
+         window_secs = 3600\nallowed_recipients = [\"{}\"]\n",
+        recipient(0)
+    );
+    let stack = Stack::start(stack_options).await;
+    let key = stack.solana_accounts[0].clone();
+    node.airdrop(key_bytes(&key), 10 * SOL);
+    node.airdrop(key_bytes(&recipient(0)), SOL);
+    let mut client = stack.client().await;
+    let cases = [
+        (sol_transfer("ok", &key, &recipient(0), 9_000), None),
+        (
+            sol_transfer("too-much", &key, &recipient(0), 10_001),
+            Some("max_lamports"),
+        ),
+        (
+            sol_transfer("stranger", &key, &recipient(1), 1),
+            Some("allowed_recipients"),
+        ),
+    ];
+    for (request, _) in &cases {
+        client.submit_operation(request.clone()).await.unwrap();
+    }
+    let ids: Vec<String> = cases.iter().map(|(r, _)| r.op_id.clone()).collect();
+    let done = wait_terminal(&stack, &ids, Duration::from_secs(60)).await;
+    // 9,000 spent of the window's 15,000: 9,000 more is refused, 6,000 is not.
+    for (op_id, lamports) in [("over-window", 9_000), ("fits-window", 6_000)] {
+        client
+            .submit_operation(sol_transfer(op_id, &key, &recipient(0), lamports))
+            .await
+            .unwrap();
+        wait_terminal(&stack, &[op_id.into()], Duration::from_secs(60)).await;
+    }
+    let window = wait_terminal(
+        &stack,
+        &["over-window".into(), "fits-window".into()],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        done["ok"].state(),
+        pb::OperationState::Confirmed,
+        "{}",
+        stack.logs()
+    );
+    assert_eq!(window["fits-window"].state(), pb::OperationState::Confirmed);
+    let refused = cases
+        .iter()
+        .filter_map(|(r, rule)| rule.map(|rule| (&done[&r.op_id], rule)))
+        .chain([(&window["over-window"], "window_max_lamports")]);
+    for (op, rule) in refused {
+        assert_eq!(op.state(), pb::OperationState::Rejected, "{op:?}");
+        let error = op.error.as_ref().unwrap();
+        assert_eq!(error.reason, "SIGNER_REFUSED");
+        assert!(
+            error.message.contains(rule),
+            "{}: {}",
+            op.op_id,
+            error.message
+        );
+        assert!(op.attempts.is_empty(), "{}: signed", op.op_id);
+    }
+    let pool = RpcPool::new(std::slice::from_ref(&node.url), Duration::from_secs(5)).unwrap();
+    assert_eq!(balance(&pool, &recipient(0)).await, SOL + 15_000);
+    assert_eq!(balance(&pool, &key).await, 10 * SOL - 15_000 - 2 * FEE);
+}

@@ -2,8 +2,15 @@
 // The client is generated at run time from the project's proto/ by @grpc/proto-loader.
 //
 // Usage: node example.js GATEWAY_ADDRESS OP_ID FROM TO VALUE_WEI
+//
+// Against a gateway with mutual TLS, name the PEM files in the environment: SIGCAST_TLS_CA (the
+// CA the gateway's certificate chains to), SIGCAST_TLS_CERT and SIGCAST_TLS_KEY (this caller's
+// certificate and key), and SIGCAST_TLS_SERVER_NAME when the address is not a name in the
+// gateway's certificate. Without them the channel is plaintext (a development gateway on
+// loopback).
 'use strict';
 
+const fs = require('node:fs');
 const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
@@ -16,6 +23,22 @@ function call(client, method, request) {
     client[method](request, (error, response) => (error ? reject(error) : resolve(response))));
 }
 
+function credentials() {
+  const { SIGCAST_TLS_CA, SIGCAST_TLS_CERT, SIGCAST_TLS_KEY, SIGCAST_TLS_SERVER_NAME } = process.env;
+  if (!SIGCAST_TLS_CA) {
+    return { creds: grpc.credentials.createInsecure(), options: {} };
+  }
+  const creds = grpc.credentials.createSsl(
+    fs.readFileSync(SIGCAST_TLS_CA),
+    fs.readFileSync(SIGCAST_TLS_KEY),
+    fs.readFileSync(SIGCAST_TLS_CERT),
+  );
+  const options = SIGCAST_TLS_SERVER_NAME
+    ? { 'grpc.ssl_target_name_override': SIGCAST_TLS_SERVER_NAME, 'grpc.default_authority': SIGCAST_TLS_SERVER_NAME }
+    : {};
+  return { creds, options };
+}
+
 async function main([address, opId, from, to, valueWei]) {
   const definition = protoLoader.loadSync(path.join(PROTO_ROOT, 'sigcast/v1/operation.proto'), {
     includeDirs: [PROTO_ROOT],
@@ -25,11 +48,13 @@ async function main([address, opId, from, to, valueWei]) {
     defaults: true,
   });
   const { sigcast } = grpc.loadPackageDefinition(definition);
-  const client = new sigcast.v1.OperationService(address, grpc.credentials.createInsecure());
+  const { creds, options } = credentials();
+  const client = new sigcast.v1.OperationService(address, creds, options);
   const request = { op_id: opId, intent: { evm_transfer: { chain_id: 31337, from, to, value_wei: valueWei } } };
 
   const first = await call(client, 'SubmitOperation', request);
   console.log('submitted', first.operation.op_id, first.operation.state, 'replayed:', first.replayed);
+  console.log('caller:', first.operation.caller || '(none)');
   const again = await call(client, 'SubmitOperation', request);
   console.log('submitted again, replayed:', again.replayed);
 

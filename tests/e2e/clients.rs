@@ -66,3 +66,69 @@ async fn the_python_and_node_examples_submit_replay_and_watch_to_confirmed() {
         "{node}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_python_and_node_examples_connect_with_mutual_tls_as_their_caller() {
+    use crate::callers::{ALICE, callers_table, pki, tls_gateway};
+    let pki_dir = pki();
+    let pki = pki_dir.path();
+    let stack = Stack::start(StackOptions {
+        accounts: 2,
+        signer_tables: callers_table(),
+        ..Default::default()
+    })
+    .await;
+    let (_gateway, address) = tls_gateway(&stack, pki, &callers_table()).await;
+    let tls_env = |name: &str| {
+        [
+            ("SIGCAST_TLS_CA", pki.join("ca.pem")),
+            ("SIGCAST_TLS_CERT", pki.join(format!("{name}.pem"))),
+            ("SIGCAST_TLS_KEY", pki.join(format!("{name}.key"))),
+            ("SIGCAST_TLS_SERVER_NAME", "localhost".into()),
+        ]
+    };
+
+    let stubs = tempfile::tempdir().unwrap();
+    run(Command::new("python3")
+        .current_dir(repo())
+        .args(["-m", "grpc_tools.protoc", "-I", "proto"])
+        .arg(format!("--python_out={}", stubs.path().display()))
+        .arg(format!("--grpc_python_out={}", stubs.path().display()))
+        .arg("proto/sigcast/v1/operation.proto"));
+    let python = run(Command::new("python3")
+        .arg(repo().join("clients/python/example.py"))
+        .args([address.as_str(), "py-mtls-1", FROM, TO, "1000"])
+        .env("PYTHONPATH", stubs.path())
+        .envs(tls_env("alice")));
+    assert!(python.contains(&format!("caller: {ALICE}")), "{python}");
+    assert!(
+        python.contains("terminal OPERATION_STATE_CONFIRMED"),
+        "{python}"
+    );
+
+    let node_path = std::env::var("SIGCAST_NODE_PATH")
+        .expect("SIGCAST_NODE_PATH (scripts/install-deps.sh --env)");
+    let node = run(Command::new("node")
+        .arg(repo().join("clients/node/example.js"))
+        .args([address.as_str(), "node-mtls-1", FROM, TO, "2000"])
+        .env("NODE_PATH", &node_path)
+        .envs(tls_env("alice")));
+    assert!(node.contains(&format!("caller: {ALICE}")), "{node}");
+    assert!(
+        node.contains("terminal OPERATION_STATE_CONFIRMED"),
+        "{node}"
+    );
+
+    // A certificate of another CA: no handshake, nothing submitted.
+    let refused = Command::new("node")
+        .arg(repo().join("clients/node/example.js"))
+        .args([address.as_str(), "node-mtls-2", FROM, TO, "3000"])
+        .env("NODE_PATH", &node_path)
+        .envs(tls_env("mallory"))
+        .output()
+        .unwrap();
+    assert!(
+        !refused.status.success(),
+        "a certificate of another CA got through"
+    );
+}

@@ -5,8 +5,10 @@ use rand::{Rng, SeedableRng};
 use sigcast_e2e::{Fault, Stack, StackOptions};
 use sigcast_evm::{Address, EvmRpc, U256};
 use sigcast_proto::pb;
+use sigcast_proto::sigcast::v1::operation_service_client::OperationServiceClient;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+use tonic::transport::Channel;
 
 /// anvil's first dev accounts (their keys are imported by the stack).
 pub(crate) const DEV: [&str; 4] = [
@@ -72,7 +74,16 @@ pub(crate) async fn wait_terminal(
     op_ids: &[String],
     timeout: Duration,
 ) -> HashMap<String, pb::Operation> {
-    let mut client = stack.client().await;
+    wait_terminal_with(stack.client().await, op_ids, timeout, &|| stack.logs()).await
+}
+
+/// As `wait_terminal`, asking through `client` (a caller sees only its own operations).
+pub(crate) async fn wait_terminal_with(
+    mut client: OperationServiceClient<Channel>,
+    op_ids: &[String],
+    timeout: Duration,
+    logs: &dyn Fn() -> String,
+) -> HashMap<String, pb::Operation> {
     let deadline = Instant::now() + timeout;
     loop {
         let mut done = HashMap::new();
@@ -103,7 +114,7 @@ pub(crate) async fn wait_terminal(
             "{} of {} operations terminal after {timeout:?}\n{}",
             done.len(),
             op_ids.len(),
-            stack.logs()
+            logs()
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

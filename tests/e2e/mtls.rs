@@ -25,9 +25,14 @@ fn openssl(dir: &Path, args: &[&str]) {
 
 /// A CA, a certificate it issues for `name` with `usage` (serverAuth / clientAuth), and its key.
 fn issue(dir: &Path, ca: &str, name: &str, usage: &str) {
+    issue_with_san(dir, ca, name, usage, "DNS:localhost,IP:127.0.0.1");
+}
+
+/// As `issue`, with the subject alternative names `san` (e.g. `URI:spiffe://corp/a`).
+pub(crate) fn issue_with_san(dir: &Path, ca: &str, name: &str, usage: &str, san: &str) {
     std::fs::write(
         dir.join(format!("{name}.ext")),
-        format!("subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage={usage}\n"),
+        format!("subjectAltName={san}\nextendedKeyUsage={usage}\n"),
     )
     .unwrap();
     openssl(
@@ -69,7 +74,7 @@ fn issue(dir: &Path, ca: &str, name: &str, usage: &str) {
     );
 }
 
-fn new_ca(dir: &Path, name: &str) {
+pub(crate) fn new_ca(dir: &Path, name: &str) {
     openssl(
         dir,
         &[

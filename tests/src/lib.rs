@@ -87,7 +87,29 @@ impl Service {
         service
     }
 
+    /// As `start`, without waiting for a plaintext health check: for a listener that speaks
+    /// only TLS, whose caller waits for it in its own way.
+    pub fn start_unchecked(binary: &'static str, dir: &Path, addr: SocketAddr, toml: &str) -> Self {
+        let config = dir.join(format!("{binary}.toml"));
+        std::fs::write(&config, toml).expect("write config");
+        let mut service = Self {
+            binary,
+            addr,
+            config,
+            log: dir.join(format!("{binary}.log")),
+            env: Vec::new(),
+            child: None,
+        };
+        service.launch();
+        service
+    }
+
     async fn spawn(&mut self) {
+        self.launch();
+        self.wait_serving().await;
+    }
+
+    fn launch(&mut self) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -102,7 +124,6 @@ impl Service {
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", self.binary));
         self.child = Some(child);
-        self.wait_serving().await;
     }
 
     async fn wait_serving(&mut self) {

@@ -8,6 +8,7 @@
 mod address;
 mod amount;
 mod attempt;
+pub mod callers;
 mod error;
 mod fingerprint;
 mod intent;

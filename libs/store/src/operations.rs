@@ -265,12 +265,15 @@ pub struct ListFilter {
     pub account: Option<String>,
     /// State.
     pub state: Option<pb::OperationState>,
+    /// The caller that submitted it.
+    pub caller: Option<String>,
 }
 
 impl ListFilter {
     fn matches(&self, op: &pb::Operation) -> bool {
         self.chain.as_ref().is_none_or(|c| *c == op.chain)
             && self.account.as_ref().is_none_or(|a| *a == op.account)
+            && self.caller.as_ref().is_none_or(|c| *c == op.caller)
             && self.state.is_none_or(|s| s == op.state())
     }
 }

@@ -36,6 +36,22 @@ pub struct Config {
     pub tracing: TracingConfig,
     /// Address of the Prometheus metrics endpoint (`GET /metrics`); none: not served.
     pub metrics_listen: Option<SocketAddr>,
+    /// A plaintext listener serving only `grpc.health.v1` (for probes that speak no TLS);
+    /// none: not served.
+    pub health_listen: Option<SocketAddr>,
+    /// Mutual TLS (`[tls]`): every caller presents a certificate the client CA issued, and its
+    /// identity (URI SAN, else DNS SAN, else CN) is what `[[callers]]` names.
+    pub tls: Option<crate::tls::TlsConfig>,
+    /// Serve plaintext on an address other than loopback. Only for a service mesh whose sidecar
+    /// terminates mTLS in front of the gateway (`[mesh]` then tells who called); without it a
+    /// non-loopback plaintext listener is refused at start.
+    pub allow_plaintext: bool,
+    /// The mesh sidecar that forwards the caller's certificate identity (`[mesh]`).
+    pub mesh: Option<crate::identity::MeshConfig>,
+    /// Who may submit from which accounts, on which chains, which intent kinds, and cancel
+    /// (`[[callers]]`, the same table the signer reads). Empty: every caller may do everything
+    /// (development).
+    pub callers: Vec<sigcast_domain::callers::CallerRule>,
 }
 
 /// Chains accepted at submit; anything else is INVALID_ARGUMENT.
@@ -70,6 +86,11 @@ impl Default for Config {
             log: LogConfig::default(),
             tracing: TracingConfig::default(),
             metrics_listen: None,
+            health_listen: None,
+            tls: None,
+            allow_plaintext: false,
+            mesh: None,
+            callers: Vec::new(),
         }
     }
 }
@@ -127,6 +148,23 @@ impl ServiceConfig for Config {
         if self.store.max_concurrency == 0 {
             return invalid("store.max_concurrency", "must be at least 1");
         }
+        for rule in &self.callers {
+            rule.validate()
+                .map_err(|rule| ConfigError::invalid("callers", rule))?;
+        }
+        if self.tls.is_none() && !self.listen.ip().is_loopback() && !self.allow_plaintext {
+            return invalid(
+                "listen",
+                "a plaintext listener on an address other than loopback authenticates nobody: \
+                 configure [tls], or set allow_plaintext behind a mesh that terminates mTLS",
+            );
+        }
+        if self.mesh.is_some() && self.tls.is_some() {
+            return invalid(
+                "mesh",
+                "with [tls] the gateway reads callers' certificates itself; [mesh] is for plaintext behind a sidecar",
+            );
+        }
         Ok(())
     }
 }
@@ -157,6 +195,36 @@ mod tests {
     #[test]
     fn the_defaults_are_valid() {
         Config::default().validate().unwrap();
+    }
+
+    #[test]
+    fn plaintext_off_loopback_needs_to_be_asked_for() {
+        let open = Config {
+            listen: "0.0.0.0:50051".parse().unwrap(),
+            ..Config::default()
+        };
+        let error = open.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("listen") && error.contains("[tls]"),
+            "{error}"
+        );
+        Config {
+            allow_plaintext: true,
+            ..open.clone()
+        }
+        .validate()
+        .unwrap();
+        Config {
+            tls: Some(crate::tls::TlsConfig {
+                cert: "c".into(),
+                key: "k".into(),
+                client_ca: "ca".into(),
+                reload_secs: 5,
+            }),
+            ..open
+        }
+        .validate()
+        .unwrap();
     }
 
     #[test]

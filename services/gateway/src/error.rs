@@ -33,6 +33,15 @@ pub enum Error {
         /// The rule broken.
         rule: String,
     },
+    /// The caller may not do this (`[[callers]]`); nothing was recorded or changed.
+    #[error("{rule}; nothing was recorded or changed")]
+    CallerDenied {
+        /// The rule, in words.
+        rule: String,
+    },
+    /// The op_id names another caller's operation: nothing about it is told.
+    #[error("op_id {0:?} is already used; choose another")]
+    OpIdTaken(String),
     /// No such operation.
     #[error("no operation with op_id {0:?}")]
     NotFound(String),
@@ -93,6 +102,13 @@ impl From<Error> for Status {
                 let details = ErrorDetails::with_error_info("POLICY_DENIED", "sigcast", metadata);
                 Status::with_error_details(Code::PermissionDenied, message, details)
             }
+            Error::CallerDenied { rule } => {
+                let metadata = HashMap::from([("rule".to_owned(), rule)]);
+                let details =
+                    ErrorDetails::with_error_info("CALLER_NOT_ALLOWED", "sigcast", metadata);
+                Status::with_error_details(Code::PermissionDenied, message, details)
+            }
+            Error::OpIdTaken(_) => Status::already_exists(message),
             Error::NotFound(_) => Status::not_found(message),
             Error::FailedPrecondition { op_id, state, .. } => {
                 let details =

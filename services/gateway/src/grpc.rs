@@ -1,6 +1,8 @@
 //! gRPC handlers: protobuf in, domain decisions through the store, protobuf out.
 
 use crate::error::{Error, Result, state_name};
+use crate::identity::MeshConfig;
+use sigcast_domain::callers::{CallerRule, Callers};
 use sigcast_domain::{Chain, EvmAddress, IntentRules, SolanaPubkey};
 use sigcast_proto::sigcast::v1::operation_service_server::OperationService;
 use sigcast_proto::{FieldViolation, intent_from_proto, parse_op_id, pb};
@@ -28,6 +30,8 @@ pub struct Gateway {
     watch_poll: Duration,
     shutdown: watch::Receiver<bool>,
     policies: std::sync::Arc<Vec<sigcast_domain::policy::KeyPolicy>>,
+    callers: std::sync::Arc<Vec<CallerRule>>,
+    mesh: Option<std::sync::Arc<MeshConfig>>,
 }
 
 impl Gateway {
@@ -50,7 +54,22 @@ impl Gateway {
             watch_poll,
             shutdown,
             policies: Default::default(),
+            callers: Default::default(),
+            mesh: None,
         }
+    }
+
+    /// Authorizes callers by `callers` (empty: everyone may do everything), identified by their
+    /// client certificate, or by `mesh`'s forwarded header from its sidecars.
+    pub fn with_callers(mut self, callers: Vec<CallerRule>, mesh: Option<MeshConfig>) -> Self {
+        self.callers = std::sync::Arc::new(callers);
+        self.mesh = mesh.map(std::sync::Arc::new);
+        self
+    }
+
+    /// Who sent `request` (empty: nobody authenticated).
+    fn caller_of<T>(&self, request: &Request<T>) -> String {
+        crate::identity::caller(request, self.mesh.as_deref())
     }
 
     /// Refuses at submit what these key policies forbid (the signer enforces them too).
@@ -61,6 +80,7 @@ impl Gateway {
 
     async fn submit(
         &self,
+        caller: String,
         request: pb::SubmitOperationRequest,
     ) -> Result<pb::SubmitOperationResponse> {
         let op_id = parse_op_id("op_id", &request.op_id);
@@ -83,6 +103,10 @@ impl Gateway {
             .store
             .read_async(move |tx| operations::get(tx, &lookup_root, &lookup_id))
             .await?;
+        if let Err(violation) = Callers(&self.callers).may_submit(&caller, &intent) {
+            tracing::info!(op.id = %op_id, %caller, rule = %violation.0, "refused: caller not allowed");
+            return Err(Error::CallerDenied { rule: violation.0 });
+        }
         let outcome = match existing {
             Some(stored) => operations::classify_submit(stored, &fingerprint),
             None => {
@@ -96,13 +120,20 @@ impl Gateway {
                         rule: violation.0,
                     });
                 }
-                let new = sigcast_proto::new_operation(&op_id, &intent);
+                let mut new = sigcast_proto::new_operation(&op_id, &intent);
+                new.caller = caller.clone();
                 let now = SystemTime::now();
                 self.store
                     .run_grouped(move |tx| operations::submit(tx, &root, new.clone(), now))
                     .await?
             }
         };
+        // Another caller's op_id: refused without a word about its operation.
+        if let SubmitOutcome::Replayed(stored) | SubmitOutcome::Conflict(stored) = &outcome
+            && stored.caller != caller
+        {
+            return Err(Error::OpIdTaken(op_id.to_string()));
+        }
         match outcome {
             SubmitOutcome::Created(operation) => {
                 tracing::info!(op.id = %op_id, chain = %operation.chain, account = %operation.account, "operation received");
@@ -129,7 +160,8 @@ impl Gateway {
         }
     }
 
-    async fn get(&self, op_id: &str) -> Result<pb::Operation> {
+    /// `caller`'s operation `op_id`; another caller's is NOT_FOUND, as if it did not exist.
+    async fn get(&self, caller: &str, op_id: &str) -> Result<pb::Operation> {
         let op_id = parse_op_id("op_id", op_id)
             .map_err(Error::invalid)?
             .to_string();
@@ -138,10 +170,15 @@ impl Gateway {
         self.store
             .read_async(move |tx| operations::get(tx, &root, &id))
             .await?
+            .filter(|op| op.caller == caller)
             .ok_or(Error::NotFound(op_id))
     }
 
-    async fn list(&self, request: pb::ListOperationsRequest) -> Result<pb::ListOperationsResponse> {
+    async fn list(
+        &self,
+        caller: String,
+        request: pb::ListOperationsRequest,
+    ) -> Result<pb::ListOperationsResponse> {
         let mut violations = Vec::new();
         let mut violation = |field: &str, rule: String| {
             violations.push(FieldViolation {
@@ -203,6 +240,7 @@ impl Gateway {
             chain: chain.map(|c| c.to_string()),
             account,
             state,
+            caller: Some(caller),
         };
         let root = self.store.root().clone();
         let page = self
@@ -223,10 +261,15 @@ impl Gateway {
         })
     }
 
-    async fn cancel(&self, op_id: &str) -> Result<pb::Operation> {
+    async fn cancel(&self, caller: &str, op_id: &str) -> Result<pb::Operation> {
         let op_id = parse_op_id("op_id", op_id)
             .map_err(Error::invalid)?
             .to_string();
+        // Only its own operation (another caller's is not found), and only if it may cancel.
+        self.get(caller, &op_id).await?;
+        Callers(&self.callers)
+            .may_cancel(caller)
+            .map_err(|v| Error::CallerDenied { rule: v.0 })?;
         let root = self.store.root().clone();
         let id = op_id.clone();
         let now = SystemTime::now();
@@ -262,13 +305,18 @@ impl OperationService for Gateway {
         request: Request<pb::SubmitOperationRequest>,
     ) -> Result<Response<pb::SubmitOperationResponse>, Status> {
         let span = op_span("SubmitOperation", &request.get_ref().op_id);
-        let result = self.submit(request.into_inner()).instrument(span).await;
+        let caller = self.caller_of(&request);
+        let result = self
+            .submit(caller, request.into_inner())
+            .instrument(span)
+            .await;
         let outcome = match &result {
             Ok(response) if response.replayed => "replayed",
             Ok(_) => "created",
             Err(Error::OpIdConflict { .. }) => "conflict",
             Err(Error::InvalidArgument(_)) => "invalid",
-            Err(Error::PolicyDenied { .. }) => "denied",
+            Err(Error::PolicyDenied { .. } | Error::CallerDenied { .. }) => "denied",
+            Err(Error::OpIdTaken(_)) => "conflict",
             Err(_) => "failed",
         };
         metrics::inc(&metrics::metrics().submits, &[("result", outcome)]);
@@ -283,7 +331,11 @@ impl OperationService for Gateway {
         request: Request<pb::GetOperationRequest>,
     ) -> Result<Response<pb::GetOperationResponse>, Status> {
         let span = op_span("GetOperation", &request.get_ref().op_id);
-        let operation = self.get(&request.get_ref().op_id).instrument(span).await?;
+        let caller = self.caller_of(&request);
+        let operation = self
+            .get(&caller, &request.get_ref().op_id)
+            .instrument(span)
+            .await?;
         Ok(Response::new(pb::GetOperationResponse {
             operation: Some(operation),
         }))
@@ -296,10 +348,14 @@ impl OperationService for Gateway {
         request: Request<pb::WatchOperationRequest>,
     ) -> Result<Response<Self::WatchOperationStream>, Status> {
         let span = op_span("WatchOperation", &request.get_ref().op_id);
-        let first = self.get(&request.get_ref().op_id).instrument(span).await?;
+        let caller = self.caller_of(&request);
+        let first = self
+            .get(&caller, &request.get_ref().op_id)
+            .instrument(span)
+            .await?;
         let (sender, receiver) = tokio::sync::mpsc::channel(4);
         let gateway = self.clone();
-        tokio::spawn(async move { gateway.follow(first, sender).await });
+        tokio::spawn(async move { gateway.follow(caller, first, sender).await });
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(receiver),
         )))
@@ -309,7 +365,10 @@ impl OperationService for Gateway {
         &self,
         request: Request<pb::ListOperationsRequest>,
     ) -> Result<Response<pb::ListOperationsResponse>, Status> {
-        Ok(Response::new(self.list(request.into_inner()).await?))
+        let caller = self.caller_of(&request);
+        Ok(Response::new(
+            self.list(caller, request.into_inner()).await?,
+        ))
     }
 
     async fn cancel_operation(
@@ -317,8 +376,9 @@ impl OperationService for Gateway {
         request: Request<pb::CancelOperationRequest>,
     ) -> Result<Response<pb::CancelOperationResponse>, Status> {
         let span = op_span("CancelOperation", &request.get_ref().op_id);
+        let caller = self.caller_of(&request);
         let operation = self
-            .cancel(&request.get_ref().op_id)
+            .cancel(&caller, &request.get_ref().op_id)
             .instrument(span)
             .await?;
         if operation.state() == pb::OperationState::Cancelled {
@@ -336,6 +396,7 @@ impl Gateway {
     /// operations, may be other processes.
     async fn follow(
         self,
+        caller: String,
         mut op: pb::Operation,
         sender: tokio::sync::mpsc::Sender<Result<pb::WatchOperationResponse, Status>>,
     ) {
@@ -368,7 +429,7 @@ impl Gateway {
                         .await;
                     return;
                 }
-                match self.get(&op.op_id).await {
+                match self.get(&caller, &op.op_id).await {
                     Ok(latest) if latest.revision != revision => {
                         op = latest;
                         break;

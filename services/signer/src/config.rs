@@ -44,6 +44,9 @@ pub struct Config {
     /// Signing policy per key (`[[policies]]`, `account = "*"` for the default); a key with no
     /// policy is limited only by the chains the signer serves.
     pub policies: Vec<sigcast_domain::policy::KeyPolicy>,
+    /// The gateway's `[[callers]]` table: the caller recorded with an operation must be allowed
+    /// its account, chain and intent kind, or nothing is signed. Empty: not checked.
+    pub callers: Vec<sigcast_domain::callers::CallerRule>,
     /// Logging.
     pub log: LogConfig,
     /// Trace export (`[tracing]`): OTLP endpoint and sampling.
@@ -137,6 +140,7 @@ impl Default for Config {
             solana_clusters: Vec::new(),
             rpc_timeout_ms: 10_000,
             policies: Vec::new(),
+            callers: Vec::new(),
             log: LogConfig::default(),
             tracing: TracingConfig::default(),
             metrics_listen: None,
@@ -170,6 +174,10 @@ impl ServiceConfig for Config {
             policy
                 .validate()
                 .map_err(|rule| ConfigError::invalid("policies", rule))?;
+        }
+        for rule in &self.callers {
+            rule.validate()
+                .map_err(|rule| ConfigError::invalid("callers", rule))?;
         }
         if self.rpc_timeout_ms == 0 {
             return Err(ConfigError::invalid("rpc_timeout_ms", "must be positive"));

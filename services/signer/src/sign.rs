@@ -150,6 +150,7 @@ pub struct Signer {
     solana: Arc<HashMap<String, (SolanaRpc, u64)>>,
     rules: IntentRules,
     policies: Arc<Vec<KeyPolicy>>,
+    callers: Arc<Vec<sigcast_domain::callers::CallerRule>>,
     allowed_certificates: Arc<Vec<String>>,
 }
 
@@ -198,6 +199,7 @@ impl Signer {
             solana: Arc::new(solana),
             rules,
             policies: Arc::new(config.policies.clone()),
+            callers: Arc::new(config.callers.clone()),
             allowed_certificates: Arc::new(
                 config
                     .tls
@@ -315,6 +317,22 @@ impl Signer {
         Ok(intent)
     }
 
+    /// The checks before a new transaction of the operation's own intent (a first signature, a
+    /// re-sign): the key's policy, and the caller recorded at submit against `[[callers]]`
+    /// (the gateway may be misconfigured, or not the only writer of the store). A replacement
+    /// that only raises fees or takes the nonce is not checked again: refusing it could only
+    /// leave what was signed stuck.
+    fn may_sign(&self, op: &pb::Operation, intent: &Intent) -> Result<()> {
+        let refused = |v: sigcast_domain::policy::Violation| Error::PolicyDenied {
+            op_id: op.op_id.clone(),
+            rule: v.0,
+        };
+        sigcast_domain::callers::Callers(&self.callers)
+            .may_submit(&op.caller, intent)
+            .map_err(refused)?;
+        check_intent(&self.policies, intent).map_err(refused)
+    }
+
     /// Parses the stored intent and finds the key and chain it needs.
     fn resolve(&self, op: &pb::Operation) -> Result<Resolved<'_>> {
         let op_id = op.op_id.as_str();
@@ -375,10 +393,7 @@ impl Signer {
         } = self.resolve(&op)?;
         self.ensure_verified(op_id, chain_id, chain).await?;
         let from = Address::from(*from.as_bytes());
-        check_intent(&self.policies, &intent).map_err(|v| Error::PolicyDenied {
-            op_id: op_id.to_owned(),
-            rule: v.0,
-        })?;
+        self.may_sign(&op, &intent)?;
         let policy = policy_for(&self.policies, &intent.account()).cloned();
         let value = match &intent {
             Intent::EvmTransfer(t) => {

@@ -141,6 +141,7 @@ fn list_filters_and_pages_without_gaps_or_repeats() {
             chain: Some("eip155:31337".into()),
             account: Some("0xOdd".into()),
             state: None,
+            caller: None,
         },
         5,
     );
@@ -162,6 +163,7 @@ fn list_filters_and_pages_without_gaps_or_repeats() {
             chain: Some("eip155:31337".into()),
             account: Some("0xEven".into()),
             state: Some(pb::OperationState::Cancelled),
+            caller: None,
         },
         10,
     );

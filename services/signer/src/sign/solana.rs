@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use prost::Message;
 use sigcast_domain::Intent;
 use sigcast_domain::OperationState;
-use sigcast_domain::policy::{check_co_signers, check_intent, lamports_moved, policy_for};
+use sigcast_domain::policy::{check_co_signers, lamports_moved, policy_for};
 use sigcast_evm::U256;
 use sigcast_proto::sigcast::signer::v1::{AuditRecord, SignPurpose};
 use sigcast_proto::{pb, state_from_proto, state_to_proto};
@@ -238,10 +238,7 @@ impl Signer {
                 chain: intent.chain().to_string(),
             });
         }
-        check_intent(&self.policies, &intent).map_err(|v| Error::PolicyDenied {
-            op_id: op_id.clone(),
-            rule: v.0,
-        })?;
+        self.may_sign(&op, &intent)?;
         let rpc = self.solana_rpc(&op)?;
         let base_price = self.solana[op.chain.trim_start_matches("solana:")].1;
         // A re-sign raises the priority fee: attempt n pays n times the base price.

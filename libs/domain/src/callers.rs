@@ -1,0 +1,225 @@
+//! Who may do what: the `[[callers]]` table maps an authenticated caller identity to the
+//! accounts, chains and intent kinds it may use, and whether it may cancel. The gateway checks
+//! it at submit (before anything is stored) and the signer checks it again against the caller
+//! recorded with the operation. Pure.
+
+use crate::intent::Intent;
+use crate::policy::Violation;
+use serde::{Deserialize, Serialize};
+
+/// What one caller may do.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CallerRule {
+    /// The caller's identity: its client certificate's URI SAN (e.g. `spiffe://…`), else its
+    /// first DNS SAN, else its subject CN.
+    pub identity: String,
+    /// Accounts (keys) it may submit from; `"*"`: any. Empty: none.
+    pub accounts: Vec<String>,
+    /// Chains (`eip155:<id>`, `solana:<cluster>`) it may use; empty: any.
+    pub chains: Vec<String>,
+    /// Intent kinds it may submit (`evm_transfer`, `evm_contract_call`, `solana_transfer`,
+    /// `solana_instructions`); empty: any.
+    pub intent_kinds: Vec<String>,
+    /// Whether it may cancel its operations.
+    pub may_cancel: bool,
+}
+
+/// The intent kinds by name.
+pub const INTENT_KINDS: [&str; 4] = [
+    "evm_transfer",
+    "evm_contract_call",
+    "solana_transfer",
+    "solana_instructions",
+];
+
+/// The name of an intent's kind, as `intent_kinds` lists it.
+pub fn intent_kind(intent: &Intent) -> &'static str {
+    match intent {
+        Intent::EvmTransfer(_) => INTENT_KINDS[0],
+        Intent::EvmContractCall(_) => INTENT_KINDS[1],
+        Intent::SolanaTransfer(_) => INTENT_KINDS[2],
+        Intent::SolanaInstructions(_) => INTENT_KINDS[3],
+    }
+}
+
+/// EVM addresses compare without their checksum case; base58 keys exactly.
+fn same_account(a: &str, b: &str) -> bool {
+    if a.starts_with("0x") || b.starts_with("0x") {
+        a.eq_ignore_ascii_case(b)
+    } else {
+        a == b
+    }
+}
+
+impl CallerRule {
+    /// Checks the values that parse but cannot work.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.identity.trim().is_empty() {
+            return Err("callers: every rule needs an identity".into());
+        }
+        if let Some(kind) = self
+            .intent_kinds
+            .iter()
+            .find(|k| !INTENT_KINDS.contains(&k.as_str()))
+        {
+            return Err(format!(
+                "callers: {}: intent kind {kind:?} is not one of {INTENT_KINDS:?}",
+                self.identity
+            ));
+        }
+        Ok(())
+    }
+
+    fn allows(&self, intent: &Intent) -> Result<(), Violation> {
+        let account = intent.account();
+        if !self
+            .accounts
+            .iter()
+            .any(|a| a == "*" || same_account(a, &account))
+        {
+            return Err(Violation(format!(
+                "caller {} may not use account {account}",
+                self.identity
+            )));
+        }
+        let chain = intent.chain().to_string();
+        if !self.chains.is_empty() && !self.chains.contains(&chain) {
+            return Err(Violation(format!(
+                "caller {} may not use chain {chain}",
+                self.identity
+            )));
+        }
+        let kind = intent_kind(intent);
+        if !self.intent_kinds.is_empty() && !self.intent_kinds.iter().any(|k| k == kind) {
+            return Err(Violation(format!(
+                "caller {} may not submit {kind} intents",
+                self.identity
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The callers table. Empty: authorization is off (a development setup that authenticates
+/// nobody); every caller may do everything.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Callers<'a>(pub &'a [CallerRule]);
+
+impl Callers<'_> {
+    fn rule(&self, caller: &str) -> Result<Option<&CallerRule>, Violation> {
+        if self.0.is_empty() {
+            return Ok(None);
+        }
+        match self.0.iter().find(|r| r.identity == caller) {
+            Some(rule) => Ok(Some(rule)),
+            None if caller.is_empty() => Err(Violation(
+                "the caller is not authenticated, and only callers listed in [[callers]] may call"
+                    .into(),
+            )),
+            None => Err(Violation(format!("caller {caller} is not in [[callers]]"))),
+        }
+    }
+
+    /// May `caller` submit `intent`?
+    pub fn may_submit(&self, caller: &str, intent: &Intent) -> Result<(), Violation> {
+        match self.rule(caller)? {
+            Some(rule) => rule.allows(intent),
+            None => Ok(()),
+        }
+    }
+
+    /// May `caller` cancel its operations?
+    pub fn may_cancel(&self, caller: &str) -> Result<(), Violation> {
+        match self.rule(caller)? {
+            Some(rule) if !rule.may_cancel => Err(Violation(format!(
+                "caller {caller} may not cancel (may_cancel is false)"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{EvmAddress, EvmTransfer, Lamports, SolanaPubkey, SolanaTransfer, Wei};
+
+    const A: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
+    const B: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+
+    fn transfer(from: &str) -> Intent {
+        Intent::EvmTransfer(EvmTransfer {
+            chain_id: 31337,
+            from: EvmAddress::parse(from).unwrap(),
+            to: EvmAddress::parse(A).unwrap(),
+            value: Wei::zero(),
+        })
+    }
+
+    #[test]
+    fn a_caller_uses_only_its_accounts_chains_and_kinds() {
+        let rules = [
+            CallerRule {
+                identity: "spiffe://corp/payments".into(),
+                accounts: vec![A.to_lowercase()],
+                chains: vec!["eip155:31337".into()],
+                intent_kinds: vec!["evm_transfer".into()],
+                may_cancel: true,
+            },
+            CallerRule {
+                identity: "reports".into(),
+                ..Default::default()
+            },
+        ];
+        let callers = Callers(&rules);
+        assert_eq!(
+            callers.may_submit("spiffe://corp/payments", &transfer(A)),
+            Ok(())
+        );
+        let refused =
+            |caller: &str, intent: &Intent| callers.may_submit(caller, intent).unwrap_err().0;
+        assert!(refused("spiffe://corp/payments", &transfer(B)).contains("account"));
+        assert!(
+            refused("reports", &transfer(A)).contains("account"),
+            "no accounts: none"
+        );
+        assert!(refused("someone", &transfer(A)).contains("not in [[callers]]"));
+        assert!(refused("", &transfer(A)).contains("not authenticated"));
+        let sol = Intent::SolanaTransfer(SolanaTransfer {
+            cluster: "localnet".into(),
+            from: SolanaPubkey::from([1; 32]),
+            to: SolanaPubkey::from([2; 32]),
+            lamports: Lamports(1),
+        });
+        let any_account = [CallerRule {
+            identity: "x".into(),
+            accounts: vec!["*".into()],
+            chains: vec!["eip155:31337".into()],
+            ..Default::default()
+        }];
+        assert!(
+            Callers(&any_account)
+                .may_submit("x", &sol)
+                .unwrap_err()
+                .0
+                .contains("chain solana:localnet")
+        );
+        assert_eq!(callers.may_cancel("spiffe://corp/payments"), Ok(()));
+        assert!(callers.may_cancel("reports").is_err());
+        assert!(callers.may_cancel("someone").is_err());
+    }
+
+    #[test]
+    fn no_table_authorizes_everyone_and_bad_rules_are_named() {
+        assert_eq!(Callers(&[]).may_submit("", &transfer(B)), Ok(()));
+        assert_eq!(Callers(&[]).may_cancel(""), Ok(()));
+        let bad = CallerRule {
+            identity: "x".into(),
+            intent_kinds: vec!["transfer".into()],
+            ..Default::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("\"transfer\""));
+        assert!(CallerRule::default().validate().is_err());
+    }
+}

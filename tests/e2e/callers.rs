@@ -8,12 +8,16 @@ use crate::mtls::{issue_with_san, new_ca};
 use sigcast_e2e::{Service, Stack, StackOptions, free_addr};
 use sigcast_evm::EvmRpc;
 use sigcast_proto::pb;
+use sigcast_proto::sigcast::operator::v1::GetAuditTrailRequest;
+use sigcast_proto::sigcast::operator::v1::operator_service_client::OperatorServiceClient;
 use sigcast_proto::sigcast::v1::operation_service_client::OperationServiceClient;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 pub(crate) const ALICE: &str = "spiffe://corp.example/ns/payments/sa/alice";
+/// An operator: reads any operation's audit trail, uses no key.
+const OPS: &str = "spiffe://corp.example/ns/ops/sa/oncall";
 const BOB: &str = "spiffe://corp.example/ns/reports/sa/bob";
 
 /// A client of the TLS gateway at `addr` presenting `name`'s certificate (none: no
@@ -23,6 +27,13 @@ async fn client(
     pki: &Path,
     name: Option<&str>,
 ) -> Result<OperationServiceClient<Channel>, String> {
+    channel(addr, pki, name)
+        .await
+        .map(OperationServiceClient::new)
+}
+
+/// A TLS channel to `addr` presenting `name`'s certificate (none: no certificate).
+async fn channel(addr: &str, pki: &Path, name: Option<&str>) -> Result<Channel, String> {
     let read = |file: &str| std::fs::read(pki.join(file)).unwrap();
     let mut tls = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(read("ca.pem")))
@@ -33,14 +44,13 @@ async fn client(
             read(&format!("{name}.key")),
         ));
     }
-    let channel = Endpoint::from_shared(format!("https://{addr}"))
+    Endpoint::from_shared(format!("https://{addr}"))
         .unwrap()
         .tls_config(tls)
         .map_err(|e| e.to_string())?
         .connect()
         .await
-        .map_err(|e| format!("{e:?}"))?;
-    Ok(OperationServiceClient::new(channel))
+        .map_err(|e| format!("{e:?}"))
 }
 
 /// A Get of an op_id that does not exist, through `client`: answered only after a handshake
@@ -83,6 +93,7 @@ pub(crate) fn pki() -> tempfile::TempDir {
     );
     issue_with_san(pki, "ca", "alice", "clientAuth", &format!("URI:{ALICE}"));
     issue_with_san(pki, "ca", "bob", "clientAuth", &format!("URI:{BOB}"));
+    issue_with_san(pki, "ca", "ops", "clientAuth", &format!("URI:{OPS}"));
     new_ca(pki, "other-ca");
     issue_with_san(
         pki,
@@ -112,7 +123,7 @@ pub(crate) async fn tls_gateway(stack: &Stack, pki: &Path, callers: &str) -> (Se
     let addr = free_addr();
     let p = |name: &str| pki.join(name).display().to_string();
     let toml = format!(
-        "listen = \"{addr}\"\nwatch_poll_ms = 50\n[store]\npath = \"{}\"\n\
+        "listen = \"{addr}\"\nwatch_poll_ms = 50\noperators = [\"{OPS}\"]\n[store]\npath = \"{}\"\n\
          [tls]\ncert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"\nreload_secs = 1\n{callers}",
         stack.dir.path().join("sigcast.db").display(),
         p("gateway.pem"),
@@ -275,6 +286,24 @@ async fn callers_use_only_their_keys_see_only_their_operations_and_a_rotated_ca_
     assert_eq!(node.nonce(DEV[0].parse().unwrap()).await.unwrap(), 1);
     assert_eq!(node.nonce(DEV[1].parse().unwrap()).await.unwrap(), 1);
 
+    // The audit trail names callers and certificates: only an operator reads it.
+    let audit = |channel: Channel| async move {
+        OperatorServiceClient::new(channel)
+            .get_audit_trail(GetAuditTrailRequest {
+                op_id: "alice-1".into(),
+            })
+            .await
+    };
+    let refused = audit(channel(&addr, pki, Some("alice")).await.unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    let trail = audit(channel(&addr, pki, Some("ops")).await.unwrap())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(trail.records.len(), 1, "{trail:?}");
+
     // Rotation: the client CA file now trusts the other CA too; Mallory's certificate is taken
     // (and her identity, in no rule, refused) by the same process.
     let pid = gateway.pid();
@@ -287,8 +316,11 @@ async fn callers_use_only_their_keys_see_only_their_operations_and_a_rotated_ca_
     std::fs::rename(pki.join("client-ca.pem.new"), pki.join("client-ca.pem")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut mallory = loop {
-        if let Ok(c) = client(&addr, pki, Some("mallory")).await
-            && reaches(Ok(c.clone())).await.is_ok()
+        // Past the handshake, Mallory (in no rule) may read nothing: PERMISSION_DENIED.
+        if let Ok(mut c) = client(&addr, pki, Some("mallory")).await
+            && c.get_operation(get("alice-1"))
+                .await
+                .is_err_and(|s| s.code() == tonic::Code::PermissionDenied)
         {
             break c;
         }
@@ -326,5 +358,35 @@ async fn a_plaintext_gateway_off_loopback_refuses_to_start() {
     assert!(
         stderr.contains("allow_plaintext") && stderr.contains("[tls]"),
         "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_operator_api_moves_to_its_own_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let (public, operator) = (free_addr(), free_addr());
+    let toml = format!(
+        "listen = \"{public}\"\noperator_listen = \"{operator}\"\n[store]\npath = \"{}\"\n",
+        dir.path().join("sigcast.db").display()
+    );
+    let _gateway = Service::start("sigcast-gateway", dir.path(), public, &toml).await;
+    let audit = |addr: std::net::SocketAddr| async move {
+        OperatorServiceClient::connect(format!("http://{addr}"))
+            .await
+            .unwrap()
+            .get_audit_trail(GetAuditTrailRequest {
+                op_id: "absent".into(),
+            })
+            .await
+    };
+    assert_eq!(
+        audit(public).await.unwrap_err().code(),
+        tonic::Code::Unimplemented,
+        "not beside the public API"
+    );
+    assert_eq!(
+        audit(operator).await.unwrap_err().code(),
+        tonic::Code::NotFound,
+        "answered on its own listener"
     );
 }

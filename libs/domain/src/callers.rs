@@ -4,7 +4,7 @@
 //! recorded with the operation. Pure.
 
 use crate::intent::Intent;
-use crate::policy::Violation;
+use crate::policy::{Violation, same_address};
 use serde::{Deserialize, Serialize};
 
 /// What one caller may do.
@@ -43,15 +43,6 @@ pub fn intent_kind(intent: &Intent) -> &'static str {
     }
 }
 
-/// EVM addresses compare without their checksum case; base58 keys exactly.
-fn same_account(a: &str, b: &str) -> bool {
-    if a.starts_with("0x") || b.starts_with("0x") {
-        a.eq_ignore_ascii_case(b)
-    } else {
-        a == b
-    }
-}
-
 impl CallerRule {
     /// Checks the values that parse but cannot work.
     pub fn validate(&self) -> Result<(), String> {
@@ -76,7 +67,7 @@ impl CallerRule {
         if !self
             .accounts
             .iter()
-            .any(|a| a == "*" || same_account(a, &account))
+            .any(|a| a == "*" || same_address(a, &account))
         {
             return Err(Violation(format!(
                 "caller {} may not use account {account}",
@@ -127,6 +118,12 @@ impl Callers<'_> {
             Some(rule) => rule.allows(intent),
             None => Ok(()),
         }
+    }
+
+    /// May `caller` read (get, watch, list) its operations? Any caller the table names; with
+    /// no table, anyone.
+    pub fn may_read(&self, caller: &str) -> Result<(), Violation> {
+        self.rule(caller).map(|_| ())
     }
 
     /// May `caller` cancel its operations?
@@ -205,6 +202,9 @@ mod tests {
                 .0
                 .contains("chain solana:localnet")
         );
+        assert_eq!(callers.may_read("reports"), Ok(()));
+        assert!(callers.may_read("").is_err(), "unauthenticated: nothing");
+        assert!(callers.may_read("someone").is_err());
         assert_eq!(callers.may_cancel("spiffe://corp/payments"), Ok(()));
         assert!(callers.may_cancel("reports").is_err());
         assert!(callers.may_cancel("someone").is_err());

@@ -50,7 +50,7 @@ pub struct KeyPolicy {
 pub struct Violation(pub String);
 
 /// EVM addresses compare without their checksum case; a Solana key (base58) is case-sensitive.
-fn same_address(a: &str, b: &str) -> bool {
+pub(crate) fn same_address(a: &str, b: &str) -> bool {
     if a.starts_with("0x") || b.starts_with("0x") {
         a.eq_ignore_ascii_case(b)
     } else {
@@ -192,6 +192,23 @@ impl KeyPolicy {
         if !limited {
             return Ok(());
         }
+        if let (Intent::SolanaInstructions(list), true) =
+            (intent, self.allowed_program_ids.is_empty())
+        {
+            // Another program handed a signer can move its lamports through the System Program
+            // itself, out of sight of this count: with lamport limits, only programs the policy
+            // trusts (allowed_program_ids) may be given one.
+            if let Some((index, ix)) = list.instructions.iter().enumerate().find(|(_, ix)| {
+                ix.program_id.to_string() != SYSTEM_PROGRAM
+                    && ix.accounts.iter().any(|meta| meta.is_signer)
+            }) {
+                return Err(Violation(format!(
+                    "instruction {index}: program {} is given a signer; with lamport limits \
+                     set, list the programs trusted with one in allowed_program_ids",
+                    ix.program_id
+                )));
+            }
+        }
         let moved = lamports_moved(intent)?;
         if let Ok(max) = Lamports::parse(&self.max_lamports) {
             let total = moved.iter().map(|(_, l)| u128::from(*l)).sum::<u128>();
@@ -272,7 +289,7 @@ pub fn lamports_moved(intent: &Intent) -> Result<Vec<(String, u64)>, Violation> 
         let unreadable = || {
             Violation(format!(
                 "instruction {index}: a System Program instruction whose lamports this policy \
-                 cannot bound"
+                 cannot bound (create account with seed, assign, authorize nonce, or unreadable)"
             ))
         };
         let kind = ix
@@ -286,9 +303,11 @@ pub fn lamports_moved(intent: &Intent) -> Result<Vec<(String, u64)>, Violation> 
         let recipient = match kind {
             0 | 2 | 5 => 1,
             11 => 2,
-            // Assign, advance/initialize/authorize/upgrade nonce, allocate(+seed), assign with
-            // seed: no lamports move.
-            1 | 4 | 6 | 7 | 8 | 9 | 10 | 12 => continue,
+            // Advance, initialize or upgrade a nonce, allocate (with seed): nothing moves.
+            4 | 6 | 8 | 9 | 12 => continue,
+            // Assign (with seed) hands an account, all its lamports with it, to a program;
+            // authorizing a nonce account hands its balance to a new authority; create account
+            // with seed has its amount behind a variable-length seed. Refused, not counted.
             _ => return Err(unreadable()),
         };
         let lamports = ix
@@ -532,12 +551,44 @@ mod tests {
             Ok(()),
             "advancing a nonce moves nothing"
         );
-        let mut unknown = system_ix(3, 0, &[payer, friend]);
-        unknown.data.truncate(4);
-        assert!(
-            rule(&instructions(payer, vec![unknown])).contains("cannot bound"),
-            "an instruction whose lamports cannot be read is refused, not counted as 0"
-        );
+        let mut truncated = system_ix(2, 1, &[payer, friend]);
+        truncated.data.truncate(6);
+        for (ix, why) in [
+            (truncated, "a transfer whose amount is cut short"),
+            (
+                system_ix(99, 0, &[payer, friend]),
+                "an instruction kind unknown",
+            ),
+            (
+                system_ix(1, 0, &[payer, friend]),
+                "assign hands the wallet to a program",
+            ),
+            (
+                system_ix(7, 0, &[friend, payer]),
+                "authorize hands a nonce balance over",
+            ),
+        ] {
+            assert!(
+                rule(&instructions(payer, vec![ix])).contains("cannot bound"),
+                "{why}: refused, not counted as 0"
+            );
+        }
+        // Withdrawing from a nonce account pays accounts[1]; a transfer with seed accounts[2].
+        let withdraw = instructions(payer, vec![system_ix(5, 1, &[friend, stranger])]);
+        assert!(rule(&withdraw).contains(&stranger.to_string()));
+        let seeded = instructions(payer, vec![system_ix(11, 1, &[payer, friend, stranger])]);
+        assert!(rule(&seeded).contains(&stranger.to_string()));
+        let seeded_ok = instructions(payer, vec![system_ix(11, 1, &[payer, stranger, friend])]);
+        assert_eq!(policy.check(&seeded_ok), Ok(()));
+        // Another program given the payer as signer could move its lamports unseen.
+        let mut other = system_ix(2, 0, &[payer]);
+        other.program_id = stranger;
+        assert!(rule(&instructions(payer, vec![other.clone()])).contains("allowed_program_ids"));
+        let trusting = KeyPolicy {
+            allowed_program_ids: vec![SYSTEM_PROGRAM.into(), stranger.to_string()],
+            ..policy.clone()
+        };
+        assert_eq!(trusting.check(&instructions(payer, vec![other])), Ok(()));
         // Base58 is case-sensitive: a recipient differing only in case is another key.
         let swapped: String = friend
             .to_string()

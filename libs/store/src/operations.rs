@@ -26,6 +26,10 @@ use std::time::SystemTime;
 const RECORD: &str = "op";
 const BY_ACCOUNT: &str = "by_account";
 const BY_STATE: &str = "by_state";
+/// Operations by the authenticated caller that submitted them (none for an unauthenticated
+/// one): a caller's listing reads its own index entries, so neither its page tokens nor its
+/// scan ever touch another caller's keys.
+const BY_CALLER: &str = "by_caller";
 const WORK: &str = "work";
 
 /// Most index entries one list call reads before returning a partial page, so a filter that
@@ -43,6 +47,10 @@ fn account_key(root: &Subspace, op: &pb::Operation) -> Vec<u8> {
         op.account.as_str(),
         op.op_id.as_str(),
     ))
+}
+
+fn caller_key(root: &Subspace, op: &pb::Operation) -> Option<Vec<u8>> {
+    (!op.caller.is_empty()).then(|| root.pack(&(BY_CALLER, op.caller.as_str(), op.op_id.as_str())))
 }
 
 fn state_key(root: &Subspace, op: &pb::Operation) -> Vec<u8> {
@@ -121,6 +129,9 @@ pub fn put(
         if let Some(work) = work_key(root, old) {
             tx.clear(&work)?;
         }
+        if let Some(caller) = caller_key(root, old) {
+            tx.clear(&caller)?;
+        }
     }
     op.revision = previous.map_or(1, |old| old.revision + 1);
     op.update_time = Some(now.into());
@@ -129,6 +140,9 @@ pub fn put(
     tx.set(&account_key(root, op), &[])?;
     if let Some(work) = work_key(root, op) {
         tx.set(&work, &[])?;
+    }
+    if let Some(caller) = caller_key(root, op) {
+        tx.set(&caller, &[])?;
     }
     Ok(())
 }
@@ -303,6 +317,11 @@ pub fn list(
 ) -> Result<Result<Page, BadCursor>> {
     // The narrowest index for the filter; the rest of the filter is applied to each record.
     let (begin, end, records_inline) = match (&filter.chain, &filter.account, filter.state) {
+        _ if filter.caller.as_ref().is_some_and(|c| !c.is_empty()) => {
+            let caller = filter.caller.as_deref().unwrap_or_default();
+            let (b, e) = root.subspace(&(BY_CALLER, caller)).range();
+            (b, e, false)
+        }
         (Some(chain), Some(account), _) => {
             let (b, e) = root
                 .subspace(&(BY_ACCOUNT, chain.as_str(), account.as_str()))

@@ -111,7 +111,10 @@ const GROUP_MAX: usize = 256;
 /// - 2: values over 90,000 bytes are stored in pieces (format 1 stored them whole; it reads as
 ///   is); operations not yet terminal have a `work` index entry (added to format-1 records by
 ///   [`Store::index_work`] when a store is opened, and by the broadcaster's sweep).
-pub const FORMAT_VERSION: u32 = 2;
+/// - 3: an operation carries the authenticated caller that submitted it (`Operation.caller`,
+///   which an older build would drop when it rewrites the record) and, when it has one, a
+///   `by_caller` index entry. Format-2 records have no caller and need no entry.
+pub const FORMAT_VERSION: u32 = 3;
 
 /// A handle on the store; cheap to clone.
 #[derive(Clone)]

@@ -52,6 +52,13 @@ pub struct Config {
     /// (`[[callers]]`, the same table the signer reads). Empty: every caller may do everything
     /// (development).
     pub callers: Vec<sigcast_domain::callers::CallerRule>,
+    /// Identities the operator API (`sigcast.operator.v1`, the audit trail of any operation)
+    /// answers. Empty: nobody once callers are authenticated ([tls] or [mesh]); anyone on a
+    /// development gateway that authenticates nobody.
+    pub operators: Vec<String>,
+    /// Serve the operator API on this address only (with the same TLS), instead of beside
+    /// the public API; none: beside it.
+    pub operator_listen: Option<SocketAddr>,
 }
 
 /// Chains accepted at submit; anything else is INVALID_ARGUMENT.
@@ -91,6 +98,8 @@ impl Default for Config {
             allow_plaintext: false,
             mesh: None,
             callers: Vec::new(),
+            operators: Vec::new(),
+            operator_listen: None,
         }
     }
 }
@@ -155,6 +164,17 @@ impl ServiceConfig for Config {
         if self.tls.is_none() && !self.listen.ip().is_loopback() && !self.allow_plaintext {
             return invalid(
                 "listen",
+                "a plaintext listener on an address other than loopback authenticates nobody: \
+                 configure [tls], or set allow_plaintext behind a mesh that terminates mTLS",
+            );
+        }
+        if let Some(addr) = self.operator_listen
+            && self.tls.is_none()
+            && !addr.ip().is_loopback()
+            && !self.allow_plaintext
+        {
+            return invalid(
+                "operator_listen",
                 "a plaintext listener on an address other than loopback authenticates nobody: \
                  configure [tls], or set allow_plaintext behind a mesh that terminates mTLS",
             );

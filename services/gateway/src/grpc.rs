@@ -32,6 +32,14 @@ pub struct Gateway {
     policies: std::sync::Arc<Vec<sigcast_domain::policy::KeyPolicy>>,
     callers: std::sync::Arc<Vec<CallerRule>>,
     mesh: Option<std::sync::Arc<MeshConfig>>,
+    /// Identities the operator API answers; see `is_operator`.
+    operators: std::sync::Arc<Vec<String>>,
+    /// Whether its listeners authenticate callers (mTLS or a mesh): then a call without an
+    /// identity is refused whatever the tables say.
+    authenticated: bool,
+    /// Whether callers may be anyone at all (a development gateway on loopback): only then
+    /// does an empty `operators` open the operator API.
+    open: bool,
 }
 
 impl Gateway {
@@ -56,7 +64,54 @@ impl Gateway {
             policies: Default::default(),
             callers: Default::default(),
             mesh: None,
+            operators: Default::default(),
+            authenticated: false,
+            open: true,
         }
+    }
+
+    /// The operator API answers `operators`. `authenticated`: the listeners identify every
+    /// caller (mTLS, or a mesh's sidecar). `open`: they may be called by anyone (plaintext on
+    /// loopback); only then does an empty `operators` answer everyone.
+    pub fn with_operators(
+        mut self,
+        operators: Vec<String>,
+        authenticated: bool,
+        open: bool,
+    ) -> Self {
+        self.operators = std::sync::Arc::new(operators);
+        self.authenticated = authenticated;
+        self.open = open;
+        self
+    }
+
+    /// May `caller` use the operator API?
+    pub(crate) fn is_operator(&self, caller: &str) -> bool {
+        if self.operators.is_empty() {
+            return self.open;
+        }
+        !caller.is_empty() && self.operators.iter().any(|o| o == caller)
+    }
+
+    /// Whether `caller` may read its operations: an identified caller the table allows.
+    fn may_read(&self, caller: &str) -> Result<()> {
+        self.identified(caller)?;
+        Callers(&self.callers)
+            .may_read(caller)
+            .map_err(|v| Error::CallerDenied { rule: v.0 })
+    }
+
+    /// On a listener that authenticates callers, a call without an identity (a certificate
+    /// that names none; a request that did not come through the mesh's sidecar) is refused.
+    fn identified(&self, caller: &str) -> Result<()> {
+        if self.authenticated && caller.is_empty() {
+            return Err(Error::CallerDenied {
+                rule: "the caller has no identity (a client certificate with a URI or DNS \
+                       name, or the mesh's forwarded one)"
+                    .into(),
+            });
+        }
+        Ok(())
     }
 
     /// Authorizes callers by `callers` (empty: everyone may do everything), identified by their
@@ -68,7 +123,7 @@ impl Gateway {
     }
 
     /// Who sent `request` (empty: nobody authenticated).
-    fn caller_of<T>(&self, request: &Request<T>) -> String {
+    pub(crate) fn caller_of<T>(&self, request: &Request<T>) -> String {
         crate::identity::caller(request, self.mesh.as_deref())
     }
 
@@ -103,6 +158,7 @@ impl Gateway {
             .store
             .read_async(move |tx| operations::get(tx, &lookup_root, &lookup_id))
             .await?;
+        self.identified(&caller)?;
         if let Err(violation) = Callers(&self.callers).may_submit(&caller, &intent) {
             tracing::info!(op.id = %op_id, %caller, rule = %violation.0, "refused: caller not allowed");
             return Err(Error::CallerDenied { rule: violation.0 });
@@ -165,6 +221,7 @@ impl Gateway {
         let op_id = parse_op_id("op_id", op_id)
             .map_err(Error::invalid)?
             .to_string();
+        self.may_read(caller)?;
         let root = self.store.root().clone();
         let id = op_id.clone();
         self.store
@@ -236,6 +293,7 @@ impl Gateway {
         if !violations.is_empty() {
             return Err(Error::InvalidArgument(violations));
         }
+        self.may_read(&caller)?;
         let filter = ListFilter {
             chain: chain.map(|c| c.to_string()),
             account,

@@ -23,13 +23,14 @@ fn default_header() -> String {
     "x-forwarded-client-cert".into()
 }
 
-/// The identity in a certificate: its first URI SAN (`spiffe://…`), else its first DNS SAN,
-/// else its subject CN; `None` if it names none.
+/// The identity in a certificate: its URI SAN (`spiffe://…`), else its first DNS SAN, else
+/// its subject CN; `None` if it names none, or several URIs (no single caller).
 pub fn of_certificate(der: &[u8]) -> Option<String> {
     let der = rustls::pki_types::CertificateDer::from(der);
     let cert = webpki::EndEntityCert::try_from(&der).ok()?;
-    if let Some(uri) = cert.valid_uri_names().next() {
-        return Some(uri.to_owned());
+    let mut uris = cert.valid_uri_names();
+    if let Some(uri) = uris.next() {
+        return uris.next().is_none().then(|| uri.to_owned());
     }
     if let Some(dns) = cert.valid_dns_names().next() {
         return Some(dns.to_owned());
@@ -37,33 +38,107 @@ pub fn of_certificate(der: &[u8]) -> Option<String> {
     common_name(cert.subject())
 }
 
-/// The CN of a DER subject (the content of its SEQUENCE of RDNs): the value after the
-/// attribute type 2.5.4.3, a UTF8String or PrintableString of short length.
-fn common_name(subject: &[u8]) -> Option<String> {
-    const CN: [u8; 5] = [0x06, 0x03, 0x55, 0x04, 0x03];
-    let at = subject.windows(CN.len()).position(|w| w == CN)? + CN.len();
-    let (&tag, rest) = subject.get(at..)?.split_first()?;
-    let (&len, rest) = rest.split_first()?;
-    if !matches!(tag, 0x0c | 0x13) || len >= 0x80 {
-        return None;
-    }
-    String::from_utf8(rest.get(..usize::from(len))?.to_vec()).ok()
+/// One DER element of `input`: its tag, its content, and what follows it.
+fn der_element(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = input.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = match first {
+        0..=0x7f => (usize::from(first), rest),
+        0x81 => (usize::from(*rest.first()?), rest.get(1..)?),
+        0x82 => (
+            usize::from(u16::from_be_bytes([*rest.first()?, *rest.get(1)?])),
+            rest.get(2..)?,
+        ),
+        _ => return None,
+    };
+    Some((tag, rest.get(..len)?, rest.get(len..)?))
 }
 
-/// The identity in an Envoy `x-forwarded-client-cert` value: of the last element (the hop
-/// nearest to us), its URI, else its DNS.
+/// The CN of a DER subject (the content of its SEQUENCE of RDNs), walked element by element
+/// so that the bytes of another attribute's value are never taken for a CN; `None` unless
+/// there is exactly one, a UTF8String, PrintableString or IA5String.
+fn common_name(subject: &[u8]) -> Option<String> {
+    const CN: [u8; 3] = [0x55, 0x04, 0x03];
+    let mut found = None;
+    let mut rdns = subject;
+    while !rdns.is_empty() {
+        let (0x31, set, rest) = der_element(rdns)? else {
+            return None;
+        };
+        rdns = rest;
+        let mut attributes = set;
+        while !attributes.is_empty() {
+            let (0x30, attribute, rest) = der_element(attributes)? else {
+                return None;
+            };
+            attributes = rest;
+            let (0x06, oid, value) = der_element(attribute)? else {
+                return None;
+            };
+            if oid != CN {
+                continue;
+            }
+            let (tag, text, _) = der_element(value)?;
+            if !matches!(tag, 0x0c | 0x13 | 0x16) || found.is_some() {
+                return None;
+            }
+            found = Some(String::from_utf8(text.to_vec()).ok()?);
+        }
+    }
+    found
+}
+
+/// `text` split at each `separator` outside double quotes.
+fn split_unquoted(text: &str, separator: char) -> Vec<&str> {
+    let (mut parts, mut start, mut quoted, mut escaped) = (Vec::new(), 0, false, false);
+    for (i, c) in text.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            c if c == separator && !quoted => {
+                parts.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[start..]);
+    parts
+}
+
+/// The identity in an Envoy `x-forwarded-client-cert` value: its URI, else its DNS. Only a
+/// value of one element is believed (the sidecar must replace the header, not append to
+/// what the client sent: Envoy's SANITIZE_SET), and only one URI in it; quoted values (a
+/// Subject may hold `;` and `,`) are read as values, never as keys.
 pub fn of_forwarded(header: &str) -> Option<String> {
-    let last = header.rsplit(',').next()?;
-    let field = |name: &str| {
-        last.split(';').find_map(|pair| {
-            let (key, value) = pair.split_once('=')?;
-            key.trim()
-                .eq_ignore_ascii_case(name)
-                .then(|| value.trim().trim_matches('"').to_owned())
-                .filter(|v| !v.is_empty())
-        })
+    let [element] = split_unquoted(header, ',')[..] else {
+        return None;
     };
-    field("URI").or_else(|| field("DNS"))
+    let pairs: Vec<(String, String)> = split_unquoted(element, ';')
+        .into_iter()
+        .filter_map(|pair| {
+            let (key, value) = pair.split_once('=')?;
+            let value = value.trim();
+            let value = match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+                Some(inner) => inner.replace("\\\"", "\""),
+                None => value.to_owned(),
+            };
+            Some((key.trim().to_ascii_uppercase(), value))
+        })
+        .collect();
+    let named = |key: &str| {
+        pairs
+            .iter()
+            .filter(|(k, v)| k == key && !v.is_empty())
+            .map(|(_, v)| v.clone())
+            .collect::<Vec<_>>()
+    };
+    match (named("URI").as_slice(), named("DNS").first()) {
+        ([uri], _) => Some(uri.clone()),
+        ([], Some(dns)) => Some(dns.clone()),
+        _ => None,
+    }
 }
 
 /// The caller of `request`: from its client certificate, else from the mesh's header when
@@ -95,14 +170,14 @@ pub fn caller<T>(request: &Request<T>, mesh: Option<&MeshConfig>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
+    use tonic::transport::server::TcpConnectInfo;
 
     #[test]
-    fn the_nearest_forwarded_identity_is_taken() {
+    fn one_forwarded_element_with_one_uri_is_believed() {
         assert_eq!(
-            of_forwarded(
-                "By=spiffe://corp/gw;Hash=ab;URI=spiffe://corp/a,By=spiffe://corp/gw;Hash=cd;Subject=\"CN=x\";URI=spiffe://corp/payments"
-            )
-            .as_deref(),
+            of_forwarded("By=spiffe://corp/gw;Hash=cd;Subject=\"CN=x\";URI=spiffe://corp/payments")
+                .as_deref(),
             Some("spiffe://corp/payments")
         );
         assert_eq!(
@@ -110,16 +185,79 @@ mod tests {
             Some("payments.corp")
         );
         assert_eq!(of_forwarded("Hash=ab"), None);
+        // A client that sent its own header, appended to: not believed.
+        assert_eq!(
+            of_forwarded("URI=spiffe://corp/victim,By=spiffe://corp/gw;URI=spiffe://corp/me"),
+            None
+        );
+        // A Subject that spells a URI inside its quotes is a value, not a key.
+        assert_eq!(
+            of_forwarded("Subject=\"CN=me;URI=spiffe://corp/victim,O=x\";URI=spiffe://corp/me")
+                .as_deref(),
+            Some("spiffe://corp/me")
+        );
+        assert_eq!(
+            of_forwarded("URI=spiffe://corp/a;URI=spiffe://corp/b"),
+            None,
+            "two URIs name no single caller"
+        );
+    }
+
+    /// An RDN SET holding one attribute.
+    fn rdn(oid_last: u8, tag: u8, value: &[u8]) -> Vec<u8> {
+        let mut attribute = vec![0x06, 0x03, 0x55, 0x04, oid_last, tag, value.len() as u8];
+        attribute.extend_from_slice(value);
+        let mut sequence = vec![0x30, attribute.len() as u8];
+        sequence.extend(attribute);
+        let mut set = vec![0x31, sequence.len() as u8];
+        set.extend(sequence);
+        set
     }
 
     #[test]
-    fn a_common_name_is_read_from_a_subject() {
-        // SET { SEQUENCE { OID 2.5.4.3, UTF8String "payments" } }
-        let mut subject = vec![
-            0x31, 0x11, 0x30, 0x0f, 0x06, 0x03, 0x55, 0x04, 0x03, 0x0c, 8,
-        ];
-        subject.extend_from_slice(b"payments");
+    fn the_common_name_is_the_cn_attribute_and_nothing_that_looks_like_it() {
+        let subject = [rdn(0x0a, 0x0c, b"Corp"), rdn(0x03, 0x0c, b"payments")].concat();
         assert_eq!(common_name(&subject).as_deref(), Some("payments"));
-        assert_eq!(common_name(&subject[..12]), None, "cut short");
+        // An organisation whose name carries the CN attribute's bytes.
+        let mut tricky = b"x".to_vec();
+        tricky.extend_from_slice(&[0x06, 0x03, 0x55, 0x04, 0x03, 0x0c, 0x06]);
+        tricky.extend_from_slice(b"victim");
+        let subject = [rdn(0x0a, 0x0c, &tricky), rdn(0x03, 0x0c, b"me")].concat();
+        assert_eq!(common_name(&subject).as_deref(), Some("me"));
+        let subject = rdn(0x0a, 0x0c, &tricky);
+        assert_eq!(common_name(&subject), None, "no CN attribute at all");
+        let two = [rdn(0x03, 0x0c, b"a"), rdn(0x03, 0x0c, b"b")].concat();
+        assert_eq!(common_name(&two), None);
+        assert_eq!(common_name(&subject[..5]), None, "cut short");
+    }
+
+    fn from(addr: &str, header: Option<&str>) -> Request<()> {
+        let mut request = Request::new(());
+        request.extensions_mut().insert(TcpConnectInfo {
+            local_addr: None,
+            remote_addr: Some(addr.parse::<SocketAddr>().unwrap()),
+        });
+        if let Some(value) = header {
+            request
+                .metadata_mut()
+                .insert("x-forwarded-client-cert", value.parse().unwrap());
+        }
+        request
+    }
+
+    #[test]
+    fn the_forwarded_identity_is_believed_only_from_a_sidecar() {
+        let mesh = MeshConfig {
+            sidecars: vec!["127.0.0.1".parse().unwrap()],
+            header: default_header(),
+        };
+        let header = Some("URI=spiffe://corp/payments");
+        assert_eq!(
+            caller(&from("127.0.0.1:4000", header), Some(&mesh)),
+            "spiffe://corp/payments"
+        );
+        assert_eq!(caller(&from("10.0.0.7:4000", header), Some(&mesh)), "");
+        assert_eq!(caller(&from("127.0.0.1:4000", None), Some(&mesh)), "");
+        assert_eq!(caller(&from("127.0.0.1:4000", header), None), "");
     }
 }

@@ -53,9 +53,10 @@ pub async fn run(
     health
         .set_serving::<OperationServiceServer<Gateway>>()
         .await;
-    let reflection_v1 = reflection().build_v1()?;
-    let reflection_v1alpha = reflection().build_v1alpha()?;
-    let operator = gateway.clone();
+    let authenticated = config.tls.is_some() || config.mesh.is_some();
+    let open = !authenticated && !config.allow_plaintext;
+    let gateway = gateway.with_operators(config.operators.clone(), authenticated, open);
+    let operator = OperatorServiceServer::new(gateway.clone());
     let operations = OperationServiceServer::new(gateway)
         .max_decoding_message_size(config.limits.max_request_bytes);
 
@@ -68,31 +69,49 @@ pub async fn run(
     );
     let tls = config.tls.as_ref().map(tls::Reloading::start).transpose()?;
     tracing::info!(listen = %local, mtls = tls.is_some(), callers = config.callers.len(), "gateway serving");
+    let stopped = |stop: &tokio::sync::watch::Sender<bool>| {
+        let mut stop = stop.subscribe();
+        async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        }
+    };
     // Health alone, in plaintext, for probes that speak no TLS (Kubernetes' gRPC probes).
-    let (health_stop, health_stopped) = tokio::sync::oneshot::channel::<()>();
     if let Some(addr) = config.health_listen {
         let health_listener = TcpListener::bind(addr).await?;
         tracing::info!(listen = %addr, "health served in plaintext");
         let health_only = tonic::transport::Server::builder().add_service(health_service.clone());
-        tokio::spawn(async move {
-            let stopped = async {
-                let _ = health_stopped.await;
-            };
-            if let Err(error) = health_only
-                .serve_with_incoming_shutdown(
-                    tonic::transport::server::TcpIncoming::from(health_listener),
-                    stopped,
-                )
-                .await
-            {
-                tracing::error!(%error, "health listener failed");
-            }
-        });
+        tokio::spawn(serve_or_log(
+            "health",
+            health_only,
+            health_listener,
+            None,
+            stopped(&stop_watches),
+        ));
     }
+    // The operator API on its own listener, or beside the public one.
+    let operator = match config.operator_listen {
+        Some(addr) => {
+            let operator_listener = TcpListener::bind(addr).await?;
+            tracing::info!(listen = %addr, operators = config.operators.len(), "operator API served");
+            let router = tonic::transport::Server::builder()
+                .add_service(health_service.clone())
+                .add_service(reflection().build_v1()?)
+                .add_service(reflection().build_v1alpha()?)
+                .add_service(operator);
+            tokio::spawn(serve_or_log(
+                "operator",
+                router,
+                operator_listener,
+                tls.clone(),
+                stopped(&stop_watches),
+            ));
+            None
+        }
+        None => Some(operator),
+    };
     let health_on_stop = health.clone();
     let shutdown = async move {
         shutdown.await;
-        let _ = health_stop.send(());
         tracing::info!("shutting down: refusing new calls, ending watches");
         health_on_stop
             .set_not_serving::<OperationServiceServer<Gateway>>()
@@ -101,14 +120,26 @@ pub async fn run(
     };
     let router = tonic::transport::Server::builder()
         .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(OperatorServiceServer::new(operator))
+        .add_service(reflection().build_v1()?)
+        .add_service(reflection().build_v1alpha()?)
+        .add_optional_service(operator)
         .add_service(operations);
+    serve(router, listener, tls, shutdown).await?;
+    tracing::info!("gateway stopped");
+    Ok(())
+}
+
+/// Serves `router` on `listener`, with mutual TLS when `tls` is given, until `stop`.
+async fn serve(
+    router: tonic::transport::server::Router,
+    listener: TcpListener,
+    tls: Option<tls::Reloading>,
+    stop: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
     match tls {
         Some(tls) => {
             router
-                .serve_with_incoming_shutdown(tls.incoming(listener), shutdown)
+                .serve_with_incoming_shutdown(tls.incoming(listener), stop)
                 .await?
         }
         // No Nagle: a response's frames would otherwise wait on the client's delayed ACK
@@ -117,11 +148,23 @@ pub async fn run(
             router
                 .serve_with_incoming_shutdown(
                     tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-                    shutdown,
+                    stop,
                 )
                 .await?
         }
     }
-    tracing::info!("gateway stopped");
     Ok(())
+}
+
+/// `serve`, for a listener beside the public one: a failure is logged.
+async fn serve_or_log(
+    name: &'static str,
+    router: tonic::transport::server::Router,
+    listener: TcpListener,
+    tls: Option<tls::Reloading>,
+    stop: impl Future<Output = ()>,
+) {
+    if let Err(error) = serve(router, listener, tls, stop).await {
+        tracing::error!(listener = name, %error, "listener failed");
+    }
 }

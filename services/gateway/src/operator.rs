@@ -1,4 +1,6 @@
-//! The operator API: read-only answers about an operation, from the store.
+//! The operator API: read-only answers about any operation, from the store — the audit
+//! trail names callers and certificates, so only the identities in `operators` are answered
+//! (or, on a development gateway that authenticates nobody and lists no operator, anyone).
 
 use crate::error::Error;
 use crate::grpc::Gateway;
@@ -16,6 +18,14 @@ impl api::operator_service_server::OperatorService for Gateway {
         &self,
         request: Request<api::GetAuditTrailRequest>,
     ) -> Result<Response<api::GetAuditTrailResponse>, Status> {
+        let caller = self.caller_of(&request);
+        if !self.is_operator(&caller) {
+            tracing::info!(%caller, "operator API refused");
+            return Err(Error::CallerDenied {
+                rule: format!("caller {caller:?} is not in operators"),
+            }
+            .into());
+        }
         let op_id = parse_op_id("op_id", &request.get_ref().op_id)
             .map_err(Error::invalid)?
             .to_string();

@@ -900,9 +900,9 @@ impl Signing<'_> {
     }
 }
 
-/// The rolling-window rule: `spent` is what the key signed within the policy's window.
-/// The rolling-window rule for an amount in `unit` ("wei" or "lamports"), whose limit is
-/// `window_max_<unit>` (wei: `window_max_value_wei`).
+/// The rolling-window rule for an amount in `unit` ("wei" or "lamports"; the limit is
+/// `window_max_value_wei` or `window_max_lamports`): `spent` is what the key signed within
+/// the policy's window.
 fn check_window(policy: &KeyPolicy, unit: &str, spent: U256, value: U256) -> Result<(), String> {
     let (field, limit) = match unit {
         "lamports" => ("window_max_lamports", &policy.window_max_lamports),

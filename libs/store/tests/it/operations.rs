@@ -196,6 +196,58 @@ fn list_filters_and_pages_without_gaps_or_repeats() {
 }
 
 #[test]
+fn a_callers_listing_pages_through_its_own_operations_only() {
+    let t = test_store("by-caller");
+    let s = &t.store;
+    let root = s.root().clone();
+    for i in 0..12 {
+        let caller = ["alice", "bob", ""][i % 3];
+        let mut op = operation(&format!("op-{i:02}"), "0xA", "f");
+        op.caller = caller.into();
+        submit(s, op);
+    }
+    let alice = ListFilter {
+        caller: Some("alice".into()),
+        ..Default::default()
+    };
+    let (mut seen, mut cursor) = (Vec::new(), None::<Vec<u8>>);
+    loop {
+        let page = s
+            .read(|tx| operations::list(tx, &root, &alice, cursor.as_deref(), 2))
+            .unwrap()
+            .unwrap();
+        seen.extend(page.operations.iter().map(|op| op.op_id.clone()));
+        match page.next_cursor {
+            Some(next) => {
+                // The token is a key of Alice's own index: it names none of Bob's op_ids.
+                let text = String::from_utf8_lossy(&next).into_owned();
+                assert!(text.contains("alice"), "{text}");
+                cursor = Some(next);
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["op-00", "op-03", "op-06", "op-09"]);
+    // A token pointing into Bob's entries is not Alice's to use.
+    let bobs = root.pack(&("by_caller", "bob", "op-01"));
+    assert!(
+        s.read(|tx| operations::list(tx, &root, &alice, Some(&bobs), 2))
+            .unwrap()
+            .is_err()
+    );
+    // Without an authenticated caller: the records with none.
+    let nobody = ListFilter {
+        caller: Some(String::new()),
+        ..Default::default()
+    };
+    let page = s
+        .read(|tx| operations::list(tx, &root, &nobody, None, 100))
+        .unwrap()
+        .unwrap();
+    assert_eq!(page.operations.len(), 4);
+}
+
+#[test]
 fn the_store_refuses_a_transition_the_lifecycle_forbids() {
     let t = test_store("transitions");
     let s = &t.store;

@@ -370,6 +370,7 @@ impl Signer {
         caller: &str,
     ) -> Result<Signed> {
         let op_id = op.op_id.clone();
+        let intent = self.stored_intent(&op)?;
         let policy = policy_for(&self.policies, &op.account).cloned();
         let signers = sigcast_solana::signers(&message);
         // What is about to be signed, not only the intent: no key but the fee payer's signs
@@ -386,9 +387,10 @@ impl Signer {
             rule: v.0,
         })?;
         // The rolling window counts an operation once, at its first signature.
-        let window = match policy.filter(|p| p.window_secs > 0 && number == 1) {
+        let window = match policy
+            .filter(|p| p.window_secs > 0 && !p.window_max_lamports.is_empty() && number == 1)
+        {
             Some(policy) => {
-                let intent = self.stored_intent(&op)?;
                 let moved = lamports_moved(&intent).map_err(|v| Error::PolicyDenied {
                     op_id: op_id.clone(),
                     rule: v.0,
@@ -421,6 +423,10 @@ impl Signer {
                 let Some(stored) = operations::get(tx, &root, &id)? else {
                     return Ok(Err(Error::NotFound(id.clone())));
                 };
+                // The record read inside the transaction is the one whose intent was checked.
+                if let Err(refusal) = super::record_matches(&stored, &intent) {
+                    return Ok(Err(refusal));
+                }
                 if number == 1 {
                     if let Some(done) = already_signed(&stored).transpose() {
                         return Ok(done);

@@ -303,3 +303,77 @@ async fn lamports_are_held_to_the_value_recipient_and_window_limits() {
     assert_eq!(balance(&pool, &recipient(0)).await, SOL + 15_000);
     assert_eq!(balance(&pool, &key).await, 10 * SOL - 15_000 - 2 * FEE);
 }
+
+/// A transaction as the node holds it: (maxFeePerGas, maxPriorityFeePerGas), in wei.
+async fn fees_of(node: &EvmRpc, tx_id: &str) -> (u128, u128) {
+    let tx = node
+        .read("eth_getTransactionByHash", serde_json::json!([tx_id]))
+        .await
+        .unwrap();
+    let quantity = |field: &str| {
+        u128::from_str_radix(tx[field].as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+    };
+    (quantity("maxFeePerGas"), quantity("maxPriorityFeePerGas"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inflated_fee_quotes_are_held_to_the_chain_cap_and_each_keys_policy() {
+    const GWEI: u128 = 1_000_000_000;
+    // DEV[0]: at most 5 gwei a gas, 2 as tip. DEV[1]: at most 21,000 × 3 gwei a transaction.
+    // DEV[2]: the chain's cap alone (1,000 gwei by default).
+    let policies = format!(
+        "[[policies]]\naccount = \"{}\"\nmax_fee_per_gas_gwei = 5\nmax_priority_fee_per_gas_gwei = 2\n\
+         [[policies]]\naccount = \"{}\"\nmax_fee_wei = \"{}\"\n",
+        DEV[0],
+        DEV[1],
+        21_000 * 3 * GWEI
+    );
+    let stack = Stack::start(StackOptions {
+        accounts: 3,
+        signer_proxy: true,
+        signer_tables: policies,
+        ..Default::default()
+    })
+    .await;
+    // The signer's endpoint quotes fees ten thousand times what anvil does (~1 gwei base,
+    // ~1 gwei tip): left alone, a transfer would offer ~30,000 gwei a gas.
+    stack
+        .signer_proxy
+        .as_ref()
+        .unwrap()
+        .set_inflating_fees(10_000);
+    let mut client = stack.client().await;
+    for (i, from) in DEV[..3].iter().enumerate() {
+        client
+            .submit_operation(transfer(
+                &format!("inflated-{i}"),
+                from,
+                &evm_recipient(i),
+                1_000,
+            ))
+            .await
+            .unwrap();
+    }
+    let ids: Vec<String> = (0..3).map(|i| format!("inflated-{i}")).collect();
+    let done = wait_terminal(&stack, &ids, Duration::from_secs(90)).await;
+    let node = EvmRpc::new(
+        std::slice::from_ref(&stack.anvil.url),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let mut offered = Vec::new();
+    for id in &ids {
+        let op = &done[id];
+        assert_eq!(op.state(), pb::OperationState::Confirmed, "{op:?}");
+        assert_eq!(op.attempts.len(), 1, "{op:?}");
+        offered.push(fees_of(&node, &op.attempts[0].tx_id).await);
+    }
+    assert_eq!(offered[0], (5 * GWEI, 2 * GWEI), "the key's own caps");
+    assert_eq!(
+        offered[1].0,
+        3 * GWEI,
+        "its most fees per transaction, over 21,000 gas"
+    );
+    assert_eq!(offered[2].0, 1_000 * GWEI, "the chain's cap");
+    assert!(offered.iter().all(|(fee, tip)| tip <= fee));
+}

@@ -55,6 +55,7 @@ pub struct FaultProxy {
     down: Arc<std::sync::atomic::AtomicBool>,
     lose_sends: Arc<std::sync::atomic::AtomicBool>,
     refusal: Arc<Mutex<Option<String>>>,
+    inflation: Arc<std::sync::atomic::AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -88,6 +89,8 @@ impl FaultProxy {
         let losing = lose_sends.clone();
         let refusal: Arc<Mutex<Option<String>>> = Arc::default();
         let refusing = refusal.clone();
+        let inflation = Arc::new(std::sync::atomic::AtomicU64::new(1));
+        let inflating = inflation.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 if is_down.load(std::sync::atomic::Ordering::SeqCst) {
@@ -100,6 +103,7 @@ impl FaultProxy {
                     delay,
                     lag,
                     lose_sends: losing.load(std::sync::atomic::Ordering::SeqCst),
+                    fee_inflation: inflating.load(std::sync::atomic::Ordering::SeqCst),
                 };
                 let refusal = refusing.lock().unwrap().clone();
                 tokio::spawn(async move {
@@ -113,8 +117,16 @@ impl FaultProxy {
             down,
             lose_sends,
             refusal,
+            inflation,
             task,
         }
+    }
+
+    /// Multiplies the fees the node quotes (`eth_gasPrice`, `eth_maxPriorityFeePerGas`, a
+    /// block's `baseFeePerGas`) by `factor`, as a compromised or broken endpoint might; 1 stops.
+    pub fn set_inflating_fees(&self, factor: u64) {
+        self.inflation
+            .store(factor, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Answers every send with a node error carrying `message`, without forwarding it (as a
@@ -193,6 +205,44 @@ async fn forward(upstream: SocketAddr, body: &[u8]) -> std::io::Result<Vec<u8>> 
     Ok(response)
 }
 
+/// `response` (a whole HTTP response to `request`) with its fee quotes multiplied by
+/// `factor`; anything else, or anything it cannot read, unchanged.
+fn inflate_fees(request: &[u8], response: Vec<u8>, factor: u64) -> Vec<u8> {
+    use serde_json::Value;
+    let Ok(request) = serde_json::from_slice::<Value>(request) else {
+        return response;
+    };
+    let Some(split) = response.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return response;
+    };
+    let Ok(mut reply) = serde_json::from_slice::<Value>(&response[split + 4..]) else {
+        return response;
+    };
+    let times = |quantity: &mut Value| {
+        if let Some(n) = quantity
+            .as_str()
+            .and_then(|q| u128::from_str_radix(q.trim_start_matches("0x"), 16).ok())
+        {
+            *quantity = Value::String(format!("{:#x}", n.saturating_mul(u128::from(factor))));
+        }
+    };
+    match request["method"].as_str() {
+        Some("eth_gasPrice" | "eth_maxPriorityFeePerGas") => times(&mut reply["result"]),
+        Some("eth_getBlockByNumber") => {
+            if let Some(base) = reply["result"].get_mut("baseFeePerGas") {
+                times(base);
+            }
+        }
+        _ => return response,
+    }
+    let body = reply.to_string();
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
 /// What the proxy does to one connection's request.
 #[derive(Clone, Copy)]
 struct Faults {
@@ -204,6 +254,8 @@ struct Faults {
     lag: Option<Duration>,
     /// Every send lost before it reaches the node.
     lose_sends: bool,
+    /// Fee quotes multiplied by this.
+    fee_inflation: u64,
 }
 
 async fn serve(
@@ -219,6 +271,7 @@ async fn serve(
         delay,
         lag,
         lose_sends,
+        fee_inflation,
     } = faults;
     // One request per connection: the node's reply says `Connection: close`, and so do we.
     let Some((_head, body)) = read_request(&mut client).await? else {
@@ -261,8 +314,11 @@ async fn serve(
         client.write_all(reply.as_bytes()).await?;
         return Ok(());
     }
-    let response = forward(upstream, &body).await?;
+    let mut response = forward(upstream, &body).await?;
     stats.lock().unwrap().forwarded += 1;
+    if fee_inflation > 1 {
+        response = inflate_fees(&body, response, fee_inflation);
+    }
     if let Some(lag) = lag {
         tokio::time::sleep(lag).await;
     }

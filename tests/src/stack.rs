@@ -122,6 +122,9 @@ pub struct StackOptions {
     pub generated_evm_keys: usize,
     /// The signer's fee cap for the chain, in gwei (`max_fee_per_gas_gwei`); `None`: its default.
     pub max_fee_per_gas_gwei: Option<u64>,
+    /// Put a proxy (`Stack::signer_proxy`) between the signers and anvil, e.g. to inflate the
+    /// fees anvil quotes.
+    pub signer_proxy: bool,
 }
 
 impl Default for StackOptions {
@@ -146,6 +149,7 @@ impl Default for StackOptions {
             otlp_endpoint: None,
             generated_evm_keys: 0,
             max_fee_per_gas_gwei: None,
+            signer_proxy: false,
         }
     }
 }
@@ -171,6 +175,8 @@ pub struct Stack {
     pub anvil: Anvil,
     /// The fault proxy between the broadcasters and anvil, if asked for.
     pub proxy: Option<crate::FaultProxy>,
+    /// The proxy between the signers and anvil, if asked for.
+    pub signer_proxy: Option<crate::FaultProxy>,
     /// The signer processes.
     pub signers: Vec<Service>,
     /// The broadcaster processes (the i-th uses the i-th signer).
@@ -197,9 +203,13 @@ impl Stack {
             "[store]\npath = \"{}\"\n",
             path.join("sigcast.db").display()
         );
+        let signer_proxy = match options.signer_proxy {
+            true => Some(crate::FaultProxy::start(anvil.addr, 0.0, 0, Duration::ZERO).await),
+            false => None,
+        };
         let mut chain = format!(
             "[[evm_chains]]\nchain_id = 31337\nrpc_urls = [\"{}\"]\ntx_type = \"{}\"\n",
-            anvil.url,
+            signer_proxy.as_ref().map_or(&anvil.url, |p| &p.url),
             if options.legacy { "legacy" } else { "eip1559" }
         );
         if let Some(cap) = options.max_fee_per_gas_gwei {
@@ -377,6 +387,7 @@ impl Stack {
         Self {
             anvil,
             proxy,
+            signer_proxy,
             signers,
             broadcasters,
             gateway,

@@ -43,6 +43,17 @@ pub struct KeyPolicy {
     /// name as signers; empty: none. Each such key signs too, so naming it lets this key's
     /// callers spend from it.
     pub allowed_co_signers: Vec<String>,
+    /// The most an EVM transaction of the key may offer per gas, in gwei (its fee cap, or
+    /// its gas price), below the chain's `max_fee_per_gas_gwei`; 0: the chain's alone.
+    pub max_fee_per_gas_gwei: u64,
+    /// The most it may offer as priority fee per gas, in gwei; 0: no limit of its own.
+    pub max_priority_fee_per_gas_gwei: u64,
+    /// The most one EVM transaction of the key may cost in fees (gas limit × fee cap), in wei
+    /// (decimal); empty: no limit.
+    pub max_fee_wei: String,
+    /// How many fee bumps one operation of the key may have signed; absent: the
+    /// broadcaster's `max_fee_bumps` alone.
+    pub max_fee_bumps: Option<u32>,
 }
 
 /// A broken rule, in words for the operator.
@@ -70,6 +81,7 @@ impl KeyPolicy {
         for (field, value) in [
             ("max_value_wei", &self.max_value_wei),
             ("window_max_value_wei", &self.window_max_value_wei),
+            ("max_fee_wei", &self.max_fee_wei),
         ] {
             if !value.is_empty() {
                 Wei::parse(value)

@@ -16,7 +16,8 @@ pub use error::{Error, Result, RpcError};
 pub use rpc::{EvmRpc, Receipt};
 pub use sigcast_jsonrpc::{RpcPool, SendAttempt};
 pub use tx::{
-    DecodedTx, Fees, SignedTx, TxParams, UnsignedTx, build_transaction, decode_signed, params_of,
+    DecodedTx, FeeLimits, Fees, SignedTx, TxParams, UnsignedTx, build_transaction, decode_signed,
+    params_of,
 };
 
 pub use alloy_primitives::{Address, B256, Signature, U256};

@@ -224,7 +224,41 @@ pub fn decode_signed(raw: &[u8]) -> Option<DecodedTx> {
     })
 }
 
+/// The most one operation's transactions may offer, from the chain's cap and the key's
+/// policy: per gas (the fee cap, or the gas price), and as priority fee.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeeLimits {
+    /// Per gas.
+    pub per_gas: u128,
+    /// The priority fee per gas (EIP-1559; a legacy gas price is held to `per_gas` alone).
+    pub priority: u128,
+}
+
+impl FeeLimits {
+    /// A per-gas cap alone (the tip is held to it too, as it cannot exceed the fee cap).
+    pub fn per_gas(cap: u128) -> Self {
+        Self {
+            per_gas: cap,
+            priority: cap,
+        }
+    }
+}
+
 impl Fees {
+    /// These fees held to `limits`.
+    pub fn limited(self, limits: FeeLimits) -> Fees {
+        match self.capped(limits.per_gas) {
+            Fees::Eip1559 {
+                max_fee_per_gas,
+                max_priority_fee_per_gas,
+            } => Fees::Eip1559 {
+                max_fee_per_gas,
+                max_priority_fee_per_gas: max_priority_fee_per_gas.min(limits.priority),
+            },
+            legacy => legacy,
+        }
+    }
+
     /// The highest price per gas these fees can charge (the fee cap, or the gas price).
     pub fn max_per_gas(&self) -> u128 {
         match *self {

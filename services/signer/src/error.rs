@@ -96,18 +96,17 @@ pub enum Error {
         /// The chain id the endpoints answered.
         served: u64,
     },
-    /// A replacement at the chain's fee cap would not be taken by any node (less than 10% above
-    /// the attempt it replaces): nothing is signed, the earlier attempt stands.
-    #[error(
-        "operation {op_id:?}: a replacement held to the fee cap of {cap_gwei} gwei would not replace attempt {attempt}"
-    )]
+    /// A replacement the fee caps leave no room for (no node would take one less than 10%
+    /// above the attempt it replaces), or one more fee bump than the key's policy allows:
+    /// nothing is signed, the earlier attempt stands.
+    #[error("operation {op_id:?}: no replacement of attempt {attempt}: {why}; it stands")]
     FeeCap {
         /// The op_id.
         op_id: String,
         /// The attempt it would replace.
         attempt: u32,
-        /// The chain's cap.
-        cap_gwei: u64,
+        /// Which cap.
+        why: String,
     },
     /// Signing itself failed.
     #[error("signing op {op_id:?} at nonce {nonce}: {reason}")]

@@ -13,7 +13,7 @@ use sigcast_domain::policy::{KeyPolicy, check_intent, policy_for};
 use sigcast_domain::{EvmAddress, EvmTransfer, Wei};
 use sigcast_domain::{Intent, IntentRules, OperationState};
 use sigcast_evm::U256;
-use sigcast_evm::{Address, EvmRpc, Fees, TxParams, build_transaction, params_of};
+use sigcast_evm::{Address, EvmRpc, FeeLimits, Fees, TxParams, build_transaction, params_of};
 use sigcast_proto::sigcast::signer::v1::{AuditRecord, SignPurpose};
 use sigcast_proto::{intent_from_proto, pb, state_from_proto, state_to_proto};
 use sigcast_solana::SolanaRpc;
@@ -129,6 +129,52 @@ impl EvmChain {
             Some((std::time::Instant::now(), fees));
         Ok(fees)
     }
+}
+
+/// The fee limits of one transaction with `gas_limit`: the chain's cap (wei per gas),
+/// lowered by the key's policy (its own caps, and its most fees per transaction spread over
+/// the gas limit).
+fn fee_limits(chain_cap: u128, policy: Option<&KeyPolicy>, gas_limit: u64) -> FeeLimits {
+    const GWEI: u128 = 1_000_000_000;
+    let mut limits = FeeLimits::per_gas(chain_cap);
+    let Some(policy) = policy else {
+        return limits;
+    };
+    if policy.max_fee_per_gas_gwei > 0 {
+        limits.per_gas = limits
+            .per_gas
+            .min(u128::from(policy.max_fee_per_gas_gwei).saturating_mul(GWEI));
+    }
+    if let Some(total) = limit(&policy.max_fee_wei) {
+        let per_gas = total / U256::from(gas_limit.max(1));
+        limits.per_gas = limits
+            .per_gas
+            .min(u128::try_from(per_gas).unwrap_or(u128::MAX));
+    }
+    limits.priority = limits.per_gas;
+    if policy.max_priority_fee_per_gas_gwei > 0 {
+        limits.priority = limits
+            .priority
+            .min(u128::from(policy.max_priority_fee_per_gas_gwei).saturating_mul(GWEI));
+    }
+    limits
+}
+
+/// A policy's decimal limit; `None` when it is left empty (no limit). (Careful: `U256` parses
+/// an empty string as 0, which would be a limit of nothing.)
+fn limit(text: &str) -> Option<U256> {
+    if text.is_empty() {
+        return None;
+    }
+    U256::from_str_radix(text, 10).ok()
+}
+
+/// In words, for a refusal.
+fn describe(limits: FeeLimits) -> String {
+    format!(
+        "{} wei per gas, {} wei priority",
+        limits.per_gas, limits.priority
+    )
 }
 
 /// What signing an operation needs: its parsed intent, and the key and chain it names.
@@ -413,7 +459,7 @@ impl Signer {
         let (chain_nonce, fees) = tokio::join!(chain.chain_nonce(from), chain.current_fees());
         let (chain_nonce, fees) = (
             chain_nonce.map_err(chain_error)?,
-            fees.map_err(chain_error)?.capped(chain.max_fee_per_gas),
+            fees.map_err(chain_error)?,
         );
         let gas_limit = match &intent {
             Intent::EvmContractCall(c) => match c.gas_limit {
@@ -432,6 +478,13 @@ impl Signer {
             },
             _ => TRANSFER_GAS,
         };
+        // Held to the caps whatever the node quoted: a node (or something between) that
+        // inflates its fees costs at most what the operator allowed.
+        let fees = fees.limited(fee_limits(
+            chain.max_fee_per_gas,
+            policy.as_ref(),
+            gas_limit,
+        ));
 
         let request = InitialEvm {
             root: self.store.root().clone(),
@@ -676,33 +729,51 @@ impl Signer {
             op_id: op_id.to_owned(),
             source,
         })?;
+        let policy = policy_for(&self.policies, &op.account);
+        let bumps = op
+            .attempts
+            .iter()
+            .filter(|a| a.reason == Replacement::FeeBump.reason())
+            .count();
+        if let Some(max) = policy.and_then(|p| p.max_fee_bumps)
+            && kind == Replacement::FeeBump
+            && bumps >= usize::try_from(max).unwrap_or(usize::MAX)
+        {
+            return Err(Error::FeeCap {
+                op_id: op_id.to_owned(),
+                attempt: replaces_attempt,
+                why: format!("the key's policy allows {max} fee bumps, all made"),
+            });
+        }
+        let gas_limit = match kind {
+            Replacement::FeeBump => previous.gas_limit,
+            Replacement::Cancel | Replacement::GapFill => TRANSFER_GAS,
+        };
+        let limits = fee_limits(chain.max_fee_per_gas, policy, gas_limit);
         let in_a_pool = op
             .attempts
             .iter()
             .any(|a| a.sends > 0 || a.send_time.is_some());
-        let fees = replacement_fees(
-            kind,
-            previous.fees,
-            current,
-            chain.max_fee_per_gas,
-            in_a_pool,
-        )
-        .ok_or_else(|| Error::FeeCap {
-            op_id: op_id.to_owned(),
-            attempt: replaces_attempt,
-            cap_gwei: chain.max_fee_per_gas_gwei,
-        })?;
-        let (intent, gas_limit) = match kind {
-            Replacement::FeeBump => (intent, previous.gas_limit),
-            Replacement::Cancel | Replacement::GapFill => (
-                Intent::EvmTransfer(EvmTransfer {
-                    chain_id,
-                    from,
-                    to: EvmAddress::from(*from.as_bytes()),
-                    value: Wei::zero(),
-                }),
-                TRANSFER_GAS,
-            ),
+        let fees =
+            replacement_fees(kind, previous.fees, current, limits, in_a_pool).ok_or_else(|| {
+                Error::FeeCap {
+                    op_id: op_id.to_owned(),
+                    attempt: replaces_attempt,
+                    why: format!(
+                        "held to the fee caps ({}; chain cap {} gwei) it would not replace it",
+                        describe(limits),
+                        chain.max_fee_per_gas_gwei
+                    ),
+                }
+            })?;
+        let intent = match kind {
+            Replacement::FeeBump => intent,
+            Replacement::Cancel | Replacement::GapFill => Intent::EvmTransfer(EvmTransfer {
+                chain_id,
+                from,
+                to: EvmAddress::from(*from.as_bytes()),
+                value: Wei::zero(),
+            }),
         };
         let params = TxParams {
             nonce: previous.nonce,
@@ -733,7 +804,7 @@ impl Signer {
 }
 
 /// The fees of a `kind` replacement of an attempt signed with `previous`, with fees at
-/// `current` now, held to `cap` per gas; `None` when the cap leaves no room for a replacement
+/// `current` now, held to `limits`; `None` when they leave no room for a replacement
 /// a node would take. Only a transaction that may sit in a pool (`in_a_pool`: an attempt was
 /// sent) must be outbid: a gap fill replaces nothing (every attempt was refused), nor does a
 /// cancel of an operation never sent; a fee bump or a cancel no node takes would only be a
@@ -742,10 +813,10 @@ pub fn replacement_fees(
     kind: Replacement,
     previous: Fees,
     current: Fees,
-    cap: u128,
+    limits: FeeLimits,
     in_a_pool: bool,
 ) -> Option<Fees> {
-    let fees = Fees::bumped(previous, current).capped(cap);
+    let fees = Fees::bumped(previous, current).limited(limits);
     let must_outbid = in_a_pool && kind != Replacement::GapFill;
     (!must_outbid || fees.replaces(&previous)).then_some(fees)
 }
@@ -908,7 +979,7 @@ fn check_window(policy: &KeyPolicy, unit: &str, spent: U256, value: U256) -> Res
         "lamports" => ("window_max_lamports", &policy.window_max_lamports),
         _ => ("window_max_value_wei", &policy.window_max_value_wei),
     };
-    let Ok(max) = U256::from_str_radix(limit, 10) else {
+    let Some(max) = self::limit(limit) else {
         return Ok(()); // no window limit (validated at start)
     };
     let total = spent.saturating_add(value);
@@ -979,6 +1050,64 @@ mod fee_cap_tests {
     use super::*;
 
     #[test]
+    fn a_limit_left_empty_limits_nothing() {
+        // A window over lamports only: transfers in wei are not held to a limit of 0.
+        let policy = KeyPolicy {
+            window_secs: 60,
+            window_max_lamports: "10".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            check_window(&policy, "wei", U256::from(5u64), U256::from(7u64)),
+            Ok(())
+        );
+        assert!(check_window(&policy, "lamports", U256::from(5u64), U256::from(7u64)).is_err());
+    }
+
+    #[test]
+    fn the_policy_lowers_the_chains_cap_and_never_raises_it() {
+        const GWEI: u128 = 1_000_000_000;
+        let chain = 1_000 * GWEI;
+        assert_eq!(fee_limits(chain, None, 21_000), FeeLimits::per_gas(chain));
+        let policy = KeyPolicy {
+            max_fee_per_gas_gwei: 5,
+            max_priority_fee_per_gas_gwei: 2,
+            ..Default::default()
+        };
+        assert_eq!(
+            fee_limits(chain, Some(&policy), 21_000),
+            FeeLimits {
+                per_gas: 5 * GWEI,
+                priority: 2 * GWEI
+            }
+        );
+        let generous = KeyPolicy {
+            max_fee_per_gas_gwei: 5_000,
+            ..Default::default()
+        };
+        assert_eq!(fee_limits(chain, Some(&generous), 21_000).per_gas, chain);
+        // At most 21,000 × 3 gwei per transaction: 3 gwei a gas for a transfer, less for a
+        // call that may use more gas.
+        let total = KeyPolicy {
+            max_fee_wei: (21_000 * 3 * GWEI).to_string(),
+            ..Default::default()
+        };
+        assert_eq!(fee_limits(chain, Some(&total), 21_000).per_gas, 3 * GWEI);
+        assert_eq!(fee_limits(chain, Some(&total), 63_000).per_gas, GWEI);
+        let inflated = Fees::Eip1559 {
+            max_fee_per_gas: 10_000 * GWEI,
+            max_priority_fee_per_gas: 9_000 * GWEI,
+        };
+        assert_eq!(
+            inflated.limited(fee_limits(chain, Some(&policy), 21_000)),
+            Fees::Eip1559 {
+                max_fee_per_gas: 5 * GWEI,
+                max_priority_fee_per_gas: 2 * GWEI
+            }
+        );
+    }
+
+    #[test]
     fn at_the_cap_only_what_must_outbid_a_pooled_transaction_is_refused() {
         let cap = 100;
         let at_cap = Fees::Eip1559 {
@@ -987,23 +1116,44 @@ mod fee_cap_tests {
         };
         for kind in [Replacement::FeeBump, Replacement::Cancel] {
             assert_eq!(
-                replacement_fees(kind, at_cap, at_cap, cap, true),
+                replacement_fees(kind, at_cap, at_cap, FeeLimits::per_gas(cap), true),
                 None,
                 "{kind:?}"
             );
         }
         // A cancel of an operation whose transaction never left the store takes the nonce
         // at the cap: nothing is in a pool to outbid, and its nonce must be used.
-        let cancel = replacement_fees(Replacement::Cancel, at_cap, at_cap, cap, false).unwrap();
+        let cancel = replacement_fees(
+            Replacement::Cancel,
+            at_cap,
+            at_cap,
+            FeeLimits::per_gas(cap),
+            false,
+        )
+        .unwrap();
         assert_eq!(cancel.max_per_gas(), cap);
-        let fill = replacement_fees(Replacement::GapFill, at_cap, at_cap, cap, true).unwrap();
+        let fill = replacement_fees(
+            Replacement::GapFill,
+            at_cap,
+            at_cap,
+            FeeLimits::per_gas(cap),
+            true,
+        )
+        .unwrap();
         assert_eq!(fill.max_per_gas(), cap);
         // Below the cap a bump outbids.
         let low = Fees::Eip1559 {
             max_fee_per_gas: 50,
             max_priority_fee_per_gas: 10,
         };
-        let bump = replacement_fees(Replacement::FeeBump, low, low, cap, true).unwrap();
+        let bump = replacement_fees(
+            Replacement::FeeBump,
+            low,
+            low,
+            FeeLimits::per_gas(cap),
+            true,
+        )
+        .unwrap();
         assert!(bump.replaces(&low) && bump.max_per_gas() <= cap);
     }
 }

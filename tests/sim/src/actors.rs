@@ -293,7 +293,8 @@ async fn sign_one(world: &World, job: &SignJob, rng: &mut StdRng) -> Result<u32,
                 .attempts
                 .iter()
                 .any(|a| a.sends > 0 || a.send_time.is_some());
-            let fees = replacement_fees(kind, previous.fees, current, world.fee_cap(), in_a_pool)
+            let limits = sigcast_evm::FeeLimits::per_gas(world.fee_cap());
+            let fees = replacement_fees(kind, previous.fees, current, limits, in_a_pool)
                 .ok_or(AT_FEE_CAP)?;
             let (intent, gas_limit) = match kind {
                 SignerReplacement::FeeBump => (intent.clone(), previous.gas_limit),

@@ -315,6 +315,20 @@ pub fn list(
     cursor: Option<&[u8]>,
     page_size: usize,
 ) -> Result<Result<Page, BadCursor>> {
+    list_within(tx, root, filter, cursor, page_size, usize::MAX)
+}
+
+/// As `list`, with a page of at most `max_bytes` of encoded operations (at least one): a
+/// page of large records ends early, with a cursor to the rest.
+pub fn list_within(
+    tx: &mut dyn KvRead,
+    root: &Subspace,
+    filter: &ListFilter,
+    cursor: Option<&[u8]>,
+    page_size: usize,
+    max_bytes: usize,
+) -> Result<Result<Page, BadCursor>> {
+    let mut bytes = 0usize;
     // The narrowest index for the filter; the rest of the filter is applied to each record.
     let (begin, end, records_inline) = match (&filter.chain, &filter.account, filter.state) {
         _ if filter.caller.as_ref().is_some_and(|c| !c.is_empty()) => {
@@ -372,6 +386,11 @@ pub fn list(
                 }
             };
             if filter.matches(&op) {
+                bytes = bytes.saturating_add(op.encoded_len());
+                if bytes > max_bytes && !page.operations.is_empty() {
+                    // This one starts the next page: the cursor stays on the row before it.
+                    return Ok(Ok(page));
+                }
                 page.operations.push(op);
             }
             from = key.clone();

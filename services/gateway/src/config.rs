@@ -79,6 +79,19 @@ pub struct LimitsConfig {
     pub max_request_bytes: usize,
     /// Largest EVM call data accepted, in bytes.
     pub max_evm_call_data_bytes: usize,
+    /// Calls in progress at once on one connection; more wait.
+    pub max_calls_per_connection: usize,
+    /// HTTP/2 streams one connection may open at once (each watch holds one).
+    pub max_concurrent_streams: u32,
+    /// How long a unary call may take, in milliseconds (a watch stream is not cut).
+    pub request_timeout_ms: u64,
+    /// Watches one caller may hold open; one more is RESOURCE_EXHAUSTED.
+    pub max_watches_per_caller: usize,
+    /// Watches open on this gateway in all.
+    pub max_watches: usize,
+    /// Largest ListOperations response, in bytes of operations: a page of large records ends
+    /// early, with a token to the rest.
+    pub max_list_response_bytes: usize,
 }
 
 impl Default for Config {
@@ -119,6 +132,12 @@ impl Default for LimitsConfig {
         Self {
             max_request_bytes: 1024 * 1024,
             max_evm_call_data_bytes: IntentRules::default().max_evm_call_data,
+            max_calls_per_connection: 256,
+            max_concurrent_streams: 2048,
+            request_timeout_ms: 30_000,
+            max_watches_per_caller: 1_000,
+            max_watches: 10_000,
+            max_list_response_bytes: 4 * 1024 * 1024,
         }
     }
 }
@@ -145,6 +164,22 @@ impl ServiceConfig for Config {
                 "limits.max_evm_call_data_bytes",
                 "must be below limits.max_request_bytes",
             );
+        }
+        let limits = &self.limits;
+        if limits.max_calls_per_connection == 0
+            || limits.max_concurrent_streams == 0
+            || limits.request_timeout_ms == 0
+            || limits.max_watches_per_caller == 0
+            || limits.max_watches == 0
+        {
+            return invalid(
+                "limits",
+                "max_calls_per_connection, max_concurrent_streams, request_timeout_ms, \
+                 max_watches_per_caller and max_watches must be positive",
+            );
+        }
+        if limits.max_list_response_bytes < 65_536 {
+            return invalid("limits.max_list_response_bytes", "must be at least 65536");
         }
         if !(10..=60_000).contains(&self.watch_poll_ms) {
             return invalid("watch_poll_ms", "must be 10 to 60000");

@@ -42,6 +42,9 @@ pub enum Error {
     /// The op_id names another caller's operation: nothing about it is told.
     #[error("op_id {0:?} is already used; choose another")]
     OpIdTaken(String),
+    /// The caller, or the gateway, has as many watches open as allowed.
+    #[error("{0}")]
+    TooManyWatches(String),
     /// No such operation.
     #[error("no operation with op_id {0:?}")]
     NotFound(String),
@@ -109,6 +112,7 @@ impl From<Error> for Status {
                 Status::with_error_details(Code::PermissionDenied, message, details)
             }
             Error::OpIdTaken(_) => Status::already_exists(message),
+            Error::TooManyWatches(_) => Status::resource_exhausted(message),
             Error::NotFound(_) => Status::not_found(message),
             Error::FailedPrecondition { op_id, state, .. } => {
                 let details =

@@ -40,6 +40,60 @@ pub struct Gateway {
     /// Whether callers may be anyone at all (a development gateway on loopback): only then
     /// does an empty `operators` open the operator API.
     open: bool,
+    /// Watches open, per caller and in all.
+    watches: std::sync::Arc<Watches>,
+    /// Largest ListOperations response, in bytes of operations.
+    max_list_bytes: usize,
+}
+
+/// The watches open, per caller, against their limits.
+#[derive(Debug, Default)]
+pub(crate) struct Watches {
+    open: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+    per_caller: usize,
+    total: usize,
+}
+
+/// One open watch; closing it (dropping) gives its place back.
+pub(crate) struct WatchPermit {
+    watches: std::sync::Arc<Watches>,
+    caller: String,
+}
+
+impl Watches {
+    fn open(self: &std::sync::Arc<Self>, caller: &str) -> Result<WatchPermit> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let total: usize = open.values().sum();
+        let mine = open.get(caller).copied().unwrap_or(0);
+        if mine >= self.per_caller || total >= self.total {
+            let (count, limit, which) = if mine >= self.per_caller {
+                (mine, self.per_caller, "limits.max_watches_per_caller")
+            } else {
+                (total, self.total, "limits.max_watches")
+            };
+            return Err(Error::TooManyWatches(format!(
+                "{count} watches are open, the most allowed ({which} = {limit}); close one, or \
+                 poll GetOperation"
+            )));
+        }
+        *open.entry(caller.to_owned()).or_default() += 1;
+        Ok(WatchPermit {
+            watches: self.clone(),
+            caller: caller.to_owned(),
+        })
+    }
+}
+
+impl Drop for WatchPermit {
+    fn drop(&mut self) {
+        let mut open = self.watches.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = open.get_mut(&self.caller) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.caller);
+            }
+        }
+    }
 }
 
 impl Gateway {
@@ -67,7 +121,24 @@ impl Gateway {
             operators: Default::default(),
             authenticated: false,
             open: true,
+            watches: std::sync::Arc::new(Watches {
+                per_caller: usize::MAX,
+                total: usize::MAX,
+                ..Default::default()
+            }),
+            max_list_bytes: usize::MAX,
         }
+    }
+
+    /// Bounds the watches open per caller and in all, and the bytes of a list response.
+    pub fn with_limits(mut self, limits: &crate::config::LimitsConfig) -> Self {
+        self.watches = std::sync::Arc::new(Watches {
+            per_caller: limits.max_watches_per_caller,
+            total: limits.max_watches,
+            ..Default::default()
+        });
+        self.max_list_bytes = limits.max_list_response_bytes;
+        self
     }
 
     /// The operator API answers `operators`. `authenticated`: the listeners identify every
@@ -301,10 +372,18 @@ impl Gateway {
             caller: Some(caller),
         };
         let root = self.store.root().clone();
+        let max_bytes = self.max_list_bytes;
         let page = self
             .store
             .read_async(move |tx| {
-                operations::list(tx, &root, &filter, cursor.as_deref(), page_size as usize)
+                operations::list_within(
+                    tx,
+                    &root,
+                    &filter,
+                    cursor.as_deref(),
+                    page_size as usize,
+                    max_bytes,
+                )
             })
             .await?
             .map_err(|bad| {
@@ -411,9 +490,13 @@ impl OperationService for Gateway {
             .get(&caller, &request.get_ref().op_id)
             .instrument(span)
             .await?;
+        let permit = self.watches.open(&caller)?;
         let (sender, receiver) = tokio::sync::mpsc::channel(4);
         let gateway = self.clone();
-        tokio::spawn(async move { gateway.follow(caller, first, sender).await });
+        tokio::spawn(async move {
+            gateway.follow(caller, first, sender).await;
+            drop(permit);
+        });
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(receiver),
         )))

@@ -47,7 +47,8 @@ pub async fn run(
         watches_stopped,
     )
     .with_policies(config.policies.clone())
-    .with_callers(config.callers.clone(), config.mesh.clone());
+    .with_callers(config.callers.clone(), config.mesh.clone())
+    .with_limits(&config.limits);
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health
@@ -118,7 +119,11 @@ pub async fn run(
             .await;
         let _ = stop_watches.send(true);
     };
+    let limits = &config.limits;
     let router = tonic::transport::Server::builder()
+        .concurrency_limit_per_connection(limits.max_calls_per_connection)
+        .max_concurrent_streams(Some(limits.max_concurrent_streams))
+        .timeout(std::time::Duration::from_millis(limits.request_timeout_ms))
         .add_service(health_service)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)

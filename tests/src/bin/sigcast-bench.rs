@@ -10,6 +10,11 @@
 //!
 //! and prints one table: submit latency p50/p99, time to SENT and to CONFIRMED, mined
 //! throughput of each and their ratio, replay vs health p50, each service's peak RSS.
+//! `--watches W` measures something else: the gateway's memory (resident set) with W watch
+//! streams open on operations that stay in flight, during a flood of `--lists L` full-page
+//! ListOperations calls, and after the watches close; and that one watch past the per-caller
+//! limit is refused.
+//!
 //! A benchmark, not a test: it asserts nothing about speed. But a run in which any operation
 //! ends other than CONFIRMED with success, or nothing is confirmed for `--stall-secs`, is a
 //! failed run: it says which operations and in what state, and exits 1.
@@ -32,11 +37,13 @@ struct Args {
     baseline: bool,
     replays: usize,
     stall: Duration,
+    watches: usize,
+    lists: usize,
 }
 
 const USAGE: &str = "usage: sigcast-bench [--ops N (2000)] [--accounts K (4)] \
 [--concurrency C (64)] [--baseline direct|none (direct)] [--replays R (500)] \
-[--stall-secs S (60)]";
+[--stall-secs S (60)] | --watches W [--lists L (1000)]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -46,6 +53,8 @@ fn parse_args() -> Result<Args, String> {
         baseline: true,
         replays: 500,
         stall: Duration::from_secs(60),
+        watches: 0,
+        lists: 1_000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -64,6 +73,8 @@ fn parse_args() -> Result<Args, String> {
             "--accounts" => args.accounts = number()?.max(1),
             "--concurrency" => args.concurrency = number()?.max(1),
             "--replays" => args.replays = number()?,
+            "--watches" => args.watches = number()?,
+            "--lists" => args.lists = number()?,
             "--stall-secs" => args.stall = Duration::from_secs(number()?.max(1) as u64),
             "--baseline" => {
                 args.baseline = match value.as_str() {
@@ -309,10 +320,132 @@ async fn main() {
         }
     };
     // `run` owns the stack: it is stopped (anvil and the services killed) before exiting.
-    if let Err(failure) = run(args).await {
+    let result = match args.watches {
+        0 => run(args).await,
+        _ => gateway_memory(args).await,
+    };
+    if let Err(failure) = result {
         eprintln!("\nFAILED RUN: {failure}");
         std::process::exit(1);
     }
+}
+
+/// Resident set of a process now, from /proc (VmRSS), in MiB.
+fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// The gateway's memory with `args.watches` watches open and under `args.lists` full-page
+/// lists, on operations kept in flight (no broadcaster runs).
+async fn gateway_memory(args: Args) -> Result<(), String> {
+    eprintln!("starting anvil and the stack…");
+    let mut stack = Stack::start(StackOptions {
+        accounts: 1,
+        ..Default::default()
+    })
+    .await;
+    stack.broadcasters[0].kill9(); // nothing moves on: every watch stays open
+    let pid = stack.gateway.pid();
+    let rss = || rss_mib(pid).unwrap_or(f64::NAN);
+    let client = stack.client().await;
+    let from = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
+    let submitted: Vec<_> = futures::stream::iter(0..args.watches)
+        .map(|i| {
+            let mut client = client.clone();
+            async move {
+                client
+                    .submit_operation(pb::SubmitOperationRequest {
+                        op_id: format!("watched-{i:05}"),
+                        intent: Some(pb::Intent {
+                            kind: Some(pb::intent::Kind::EvmTransfer(pb::EvmTransfer {
+                                chain_id: 31337,
+                                from: from.into(),
+                                to: recipient(i),
+                                value_wei: "1".into(),
+                            })),
+                        }),
+                    })
+                    .await
+            }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    if let Some(Err(status)) = submitted.iter().find(|r| r.is_err()) {
+        return Err(format!("a submit failed: {status:?}"));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle = rss();
+    let mut streams = Vec::with_capacity(args.watches);
+    for i in 0..args.watches {
+        let mut stream = client
+            .clone()
+            .watch_operation(pb::WatchOperationRequest {
+                op_id: format!("watched-{i:05}"),
+            })
+            .await
+            .map_err(|s| format!("watch {i}: {s:?}"))?
+            .into_inner();
+        stream
+            .next()
+            .await
+            .ok_or("a watch ended at once")?
+            .map_err(|s| format!("watch {i}: {s:?}"))?;
+        streams.push(stream);
+    }
+    let one_more = client
+        .clone()
+        .watch_operation(pb::WatchOperationRequest {
+            op_id: "watched-00000".into(),
+        })
+        .await;
+    let past_limit = match one_more {
+        Err(status) => format!("{:?}", status.code()),
+        Ok(_) => "accepted".into(),
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let watching = rss();
+    let listed: Vec<usize> = futures::stream::iter(0..args.lists)
+        .map(|_| {
+            let mut client = client.clone();
+            async move {
+                client
+                    .list_operations(pb::ListOperationsRequest {
+                        page_size: 1_000,
+                        ..Default::default()
+                    })
+                    .await
+                    .map(|r| r.into_inner().operations.len())
+                    .unwrap_or(0)
+            }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let flooded = rss();
+    let peak = peak_rss_mib(pid).unwrap_or(f64::NAN);
+    drop(streams);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let closed = rss();
+    println!("gateway memory (resident set, MiB)");
+    println!("| moment | MiB |\n|---|---|");
+    println!(
+        "| {} operations stored, no watch | {idle:.1} |",
+        args.watches
+    );
+    println!("| {} watches open | {watching:.1} |", args.watches);
+    println!(
+        "| and {} lists of {} operations each, 64 at once | {flooded:.1} |",
+        listed.len(),
+        listed.iter().max().unwrap_or(&0)
+    );
+    println!("| watches closed | {closed:.1} |");
+    println!("| peak | {peak:.1} |");
+    println!("one watch past the per-caller limit: {past_limit}");
+    Ok(())
 }
 
 async fn run(args: Args) -> Result<(), String> {

@@ -196,6 +196,63 @@ fn list_filters_and_pages_without_gaps_or_repeats() {
 }
 
 #[test]
+fn a_page_ends_before_its_byte_budget_and_resumes_where_it_ended() {
+    let t = test_store("page-bytes");
+    let s = &t.store;
+    let root = s.root().clone();
+    for i in 0..10 {
+        submit(
+            s,
+            operation(&format!("op-{i:02}"), "0xA", &"f".repeat(1_000)),
+        );
+    }
+    let one = s
+        .read(|tx| operations::list(tx, &root, &ListFilter::default(), None, 1))
+        .unwrap()
+        .unwrap()
+        .operations[0]
+        .encoded_len();
+    let (mut seen, mut pages, mut cursor) = (Vec::new(), 0, None::<Vec<u8>>);
+    loop {
+        let page = s
+            .read(|tx| {
+                operations::list_within(
+                    tx,
+                    &root,
+                    &ListFilter::default(),
+                    cursor.as_deref(),
+                    100,
+                    3 * one + one / 2,
+                )
+            })
+            .unwrap()
+            .unwrap();
+        assert!(
+            page.operations.len() <= 3,
+            "{} in a page",
+            page.operations.len()
+        );
+        pages += 1;
+        seen.extend(page.operations.into_iter().map(|op| op.op_id));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 4);
+    assert_eq!(
+        seen,
+        (0..10).map(|i| format!("op-{i:02}")).collect::<Vec<_>>()
+    );
+    // A budget below one record still returns it: a page is never empty for lack of room.
+    let page = s
+        .read(|tx| operations::list_within(tx, &root, &ListFilter::default(), None, 100, 1))
+        .unwrap()
+        .unwrap();
+    assert_eq!(page.operations.len(), 1);
+}
+
+#[test]
 fn a_callers_listing_pages_through_its_own_operations_only() {
     let t = test_store("by-caller");
     let s = &t.store;

@@ -273,3 +273,100 @@ async fn cancel_before_signing_is_immediate_and_idempotent() {
         pb::OperationState::Cancelled
     );
 }
+
+#[tokio::test]
+async fn watches_beyond_the_limit_are_resource_exhausted_until_one_closes() {
+    let rig = Rig::start_with(|c| c.limits.max_watches_per_caller = 2).await;
+    let mut client = rig.client.clone();
+    client
+        .submit_operation(transfer("watched", "1"))
+        .await
+        .unwrap();
+    let watch = || pb::WatchOperationRequest {
+        op_id: "watched".into(),
+    };
+    let mut first = client.watch_operation(watch()).await.unwrap().into_inner();
+    let mut second = client.watch_operation(watch()).await.unwrap().into_inner();
+    first.next().await.unwrap().unwrap();
+    second.next().await.unwrap().unwrap();
+    let refused = client.watch_operation(watch()).await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .message()
+            .contains("limits.max_watches_per_caller = 2"),
+        "{}",
+        refused.message()
+    );
+    // Closing one gives its place back (once the gateway notices the stream went).
+    drop(first);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match client.watch_operation(watch()).await {
+            Ok(_) => break,
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the place never came back"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_list_page_is_held_to_its_byte_limit() {
+    let rig = Rig::start_with(|c| c.limits.max_list_response_bytes = 65_536).await;
+    let mut client = rig.client.clone();
+    // Contract calls with 8 KiB of data: about eight fill the byte limit.
+    for i in 0..20 {
+        client
+            .submit_operation(pb::SubmitOperationRequest {
+                op_id: format!("big-{i:02}"),
+                intent: Some(pb::Intent {
+                    kind: Some(pb::intent::Kind::EvmContractCall(pb::EvmContractCall {
+                        chain_id: 31337,
+                        from: "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266".into(),
+                        to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8".into(),
+                        data: vec![i as u8; 8 * 1024],
+                        value_wei: String::new(),
+                        gas_limit: Some(100_000),
+                    })),
+                }),
+            })
+            .await
+            .unwrap();
+    }
+    let (mut seen, mut token, mut pages) = (0, String::new(), 0);
+    loop {
+        let page = client
+            .list_operations(pb::ListOperationsRequest {
+                page_size: 1_000,
+                page_token: token.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let bytes: usize = page
+            .operations
+            .iter()
+            .map(prost::Message::encoded_len)
+            .sum();
+        assert!(bytes <= 65_536, "a page of {bytes} bytes");
+        seen += page.operations.len();
+        pages += 1;
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(seen, 20);
+    assert!(pages >= 3, "{pages} pages");
+}

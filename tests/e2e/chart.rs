@@ -72,7 +72,21 @@ fn validate(rendered: &str, dir: &Path, name: &str) -> Vec<String> {
 
 /// Each rendered TOML loaded by its service's own configuration code.
 fn load_configs(facts: &Value, dir: &Path) {
-    let configs = facts["configs"].as_object().expect("a ConfigMap");
+    let configs = facts["configs"].as_object().expect("the config Secret");
+    // RPC URLs may carry API keys: they are in the Secret, in no ConfigMap.
+    assert!(
+        configs["signer.toml"]
+            .as_str()
+            .unwrap()
+            .contains("rpc_urls")
+    );
+    let configmaps = facts["configmaps"].as_object().cloned().unwrap_or_default();
+    assert!(
+        configmaps
+            .values()
+            .all(|v| !v.as_str().unwrap_or_default().contains("rpc_urls")),
+        "RPC URLs in a ConfigMap: {configmaps:?}"
+    );
     let write = |name: &str| {
         let path = dir.join(name);
         std::fs::write(&path, configs[name].as_str().unwrap()).unwrap();

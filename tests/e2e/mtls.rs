@@ -214,3 +214,87 @@ async fn only_allowed_client_certificates_reach_the_signer_and_the_broadcaster_w
     let planned = submit_transfers(&stack, "mtls", 6, 2).await;
     assert_exactly_once(&stack, &planned, 2, Duration::from_secs(60)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_signer_allows_certificates_by_identity_through_a_renewal_without_a_restart() {
+    const BROADCASTER: &str = "spiffe://corp.example/ns/sigcast/sa/broadcaster";
+    let pki = tempfile::tempdir().unwrap();
+    let dir = pki.path();
+    new_ca(dir, "ca");
+    issue(dir, "ca", "signer", "serverAuth");
+    issue_with_san(
+        dir,
+        "ca",
+        "broadcaster",
+        "clientAuth",
+        &format!("URI:{BROADCASTER}"),
+    );
+    issue_with_san(
+        dir,
+        "ca",
+        "intruder",
+        "clientAuth",
+        "URI:spiffe://corp.example/ns/other/sa/intruder",
+    );
+    let tls_addr = free_addr().to_string();
+    let p = |name: &str| dir.join(name).display().to_string();
+    let signer_tls = format!(
+        "[tls]\nlisten = \"{tls_addr}\"\ncert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"\n\
+         allowed_client_identities = [\"{BROADCASTER}\"]\nreload_secs = 1\n",
+        p("signer.pem"),
+        p("signer.key"),
+        p("ca.pem"),
+    );
+    let broadcaster_tls = format!(
+        "[signer_tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\ndomain = \"localhost\"\n",
+        p("ca.pem"),
+        p("broadcaster.pem"),
+        p("broadcaster.key")
+    );
+    let stack = Stack::start(StackOptions {
+        accounts: 2,
+        signer_tables: signer_tls,
+        broadcaster_signer_url: Some(format!("https://{tls_addr}")),
+        broadcaster_tables: broadcaster_tls,
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(list_keys(&tls_addr, dir, Some("broadcaster")).await, Ok(2));
+    let refused = list_keys(&tls_addr, dir, Some("intruder"))
+        .await
+        .unwrap_err();
+    assert!(refused.starts_with("PermissionDenied"), "{refused}");
+    assert!(
+        refused.contains("intruder"),
+        "the identity is named: {refused}"
+    );
+
+    // Renewal: a new key and certificate for the same identity (a new fingerprint) is still
+    // the broadcaster; and a renewed server certificate is served by the same process.
+    let old = std::fs::read(dir.join("broadcaster.pem")).unwrap();
+    issue_with_san(
+        dir,
+        "ca",
+        "broadcaster",
+        "clientAuth",
+        &format!("URI:{BROADCASTER}"),
+    );
+    assert_ne!(std::fs::read(dir.join("broadcaster.pem")).unwrap(), old);
+    assert_eq!(list_keys(&tls_addr, dir, Some("broadcaster")).await, Ok(2));
+    let pid = stack.signers[0].pid();
+    issue(dir, "ca", "signer", "serverAuth");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !stack.signers[0].log().contains("TLS certificates reloaded") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the renewed certificate was not taken up"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(list_keys(&tls_addr, dir, Some("broadcaster")).await, Ok(2));
+    assert_eq!(stack.signers[0].pid(), pid, "no restart");
+
+    // The broadcaster signs through it: operations confirm.
+    let planned = submit_transfers(&stack, "mtls-id", 6, 2).await;
+    assert_exactly_once(&stack, &planned, 2, Duration::from_secs(60)).await;
+}

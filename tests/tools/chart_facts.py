@@ -1,6 +1,7 @@
 """Reads a rendered chart (multi-document YAML) on stdin; prints JSON facts for the tests:
 {"kinds": ["Deployment/x", ...], "containers": [{"workload", "name", "volumes", "secrets",
-"security", "pod_security", "probes"}], "configs": {"gateway.toml": "...", ...}}."""
+"security", "pod_security", "probes"}], "configs": {"gateway.toml": "...", ...} (from the
+services' config Secret), "configmaps": {key: value} (every ConfigMap's data)}."""
 
 import json
 import sys
@@ -13,8 +14,10 @@ for doc in yaml.safe_load_all(sys.stdin):
         continue
     kind, name = doc["kind"], doc["metadata"]["name"]
     facts["kinds"].append(f"{kind}/{name}")
+    if kind == "Secret" and name.endswith("-config"):
+        facts["configs"].update(doc.get("stringData", {}))
     if kind == "ConfigMap":
-        facts["configs"].update(doc.get("data", {}))
+        facts.setdefault("configmaps", {}).update(doc.get("data", {}))
     if kind != "Deployment":
         continue
     pod = doc["spec"]["template"]["spec"]

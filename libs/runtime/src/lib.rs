@@ -5,6 +5,9 @@
 //! Nothing here knows a service's settings or does its work; it must never log a value it
 //! loads, since configurations name secrets' locations.
 
+pub mod identity;
+pub mod tls;
+
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::Serialize;

@@ -41,7 +41,7 @@ pub struct Config {
     pub health_listen: Option<SocketAddr>,
     /// Mutual TLS (`[tls]`): every caller presents a certificate the client CA issued, and its
     /// identity (URI SAN, else DNS SAN, else CN) is what `[[callers]]` names.
-    pub tls: Option<crate::tls::TlsConfig>,
+    pub tls: Option<sigcast_runtime::tls::TlsConfig>,
     /// Serve plaintext on an address other than loopback. Only for a service mesh whose sidecar
     /// terminates mTLS in front of the gateway (`[mesh]` then tells who called); without it a
     /// non-loopback plaintext listener is refused at start.
@@ -270,7 +270,7 @@ mod tests {
         .validate()
         .unwrap();
         Config {
-            tls: Some(crate::tls::TlsConfig {
+            tls: Some(sigcast_runtime::tls::TlsConfig {
                 cert: "c".into(),
                 key: "k".into(),
                 client_ca: "ca".into(),

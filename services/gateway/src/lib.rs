@@ -9,7 +9,6 @@ mod error;
 mod grpc;
 pub mod identity;
 mod operator;
-pub mod tls;
 
 pub use config::Config;
 pub use error::{Error, Result};
@@ -68,7 +67,11 @@ pub async fn run(
         "a plaintext listener on {local} authenticates nobody: configure [tls], or set \
          allow_plaintext behind a mesh that terminates mTLS"
     );
-    let tls = config.tls.as_ref().map(tls::Reloading::start).transpose()?;
+    let tls = config
+        .tls
+        .as_ref()
+        .map(sigcast_runtime::tls::Reloading::start)
+        .transpose()?;
     tracing::info!(listen = %local, mtls = tls.is_some(), callers = config.callers.len(), "gateway serving");
     let stopped = |stop: &tokio::sync::watch::Sender<bool>| {
         let mut stop = stop.subscribe();
@@ -138,7 +141,7 @@ pub async fn run(
 async fn serve(
     router: tonic::transport::server::Router,
     listener: TcpListener,
-    tls: Option<tls::Reloading>,
+    tls: Option<sigcast_runtime::tls::Reloading>,
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     match tls {
@@ -166,7 +169,7 @@ async fn serve_or_log(
     name: &'static str,
     router: tonic::transport::server::Router,
     listener: TcpListener,
-    tls: Option<tls::Reloading>,
+    tls: Option<sigcast_runtime::tls::Reloading>,
     stop: impl Future<Output = ()>,
 ) {
     if let Err(error) = serve(router, listener, tls, stop).await {

@@ -56,7 +56,7 @@ pub struct Config {
 }
 
 /// Mutual TLS for the signer API: callers must present a certificate issued by `client_ca`
-/// whose SHA-256 fingerprint is allowed.
+/// whose identity or SHA-256 fingerprint is allowed. The files are read again when they change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
@@ -68,9 +68,33 @@ pub struct TlsConfig {
     pub key: PathBuf,
     /// The CA that issues callers' certificates (PEM).
     pub client_ca: PathBuf,
-    /// SHA-256 fingerprints (hex) of the client certificates allowed; empty: any the CA issued.
+    /// SHA-256 fingerprints (hex) of the client certificates allowed. A fingerprint changes at
+    /// every renewal: prefer `allowed_client_identities`.
     #[serde(default)]
     pub allowed_client_fingerprints: Vec<String>,
+    /// Identities (URI SAN, else DNS SAN, else CN) of the client certificates allowed. Both
+    /// lists empty: any certificate the CA issued.
+    #[serde(default)]
+    pub allowed_client_identities: Vec<String>,
+    /// How often the files are checked for a change, in seconds.
+    #[serde(default = "default_reload_secs")]
+    pub reload_secs: u64,
+}
+
+fn default_reload_secs() -> u64 {
+    5
+}
+
+impl TlsConfig {
+    /// The listener's part of it.
+    pub fn files(&self) -> sigcast_runtime::tls::TlsConfig {
+        sigcast_runtime::tls::TlsConfig {
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            client_ca: self.client_ca.clone(),
+            reload_secs: self.reload_secs,
+        }
+    }
 }
 
 /// One Solana cluster.

@@ -8,34 +8,44 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 /// Who is calling: the peer uid on a Unix socket (checked against the allow-list when the
-/// connection was accepted), the client certificate's fingerprint over mTLS, else the TCP
-/// peer address.
+/// connection was accepted); over mTLS the client certificate's identity (URI/DNS SAN, else
+/// CN) and fingerprint; else the TCP peer address.
 pub(crate) fn caller_identity<T>(request: &Request<T>) -> String {
     if let Some(uid) = request.extensions().get::<crate::auth::PeerUid>() {
         return format!("uid:{}", uid.0);
     }
-    if let Some(cert) = request
-        .peer_certs()
-        .and_then(|certs| certs.first().cloned())
-    {
-        return format!("cert:sha256:{}", crate::auth::fingerprint(&cert));
+    if let Some((fingerprint, identity)) = client_certificate(request) {
+        return match identity {
+            Some(identity) => format!("cert:{identity} sha256:{fingerprint}"),
+            None => format!("cert:sha256:{fingerprint}"),
+        };
     }
     request
         .remote_addr()
         .map_or_else(|| "unknown".to_owned(), |addr| format!("tcp:{addr}"))
 }
 
+/// The TLS client certificate's fingerprint and identity, over mTLS.
+fn client_certificate<T>(request: &Request<T>) -> Option<(String, Option<String>)> {
+    let cert = request.peer_certs()?.first()?.clone();
+    Some((
+        crate::auth::fingerprint(&cert),
+        sigcast_runtime::identity::of_certificate(&cert),
+    ))
+}
+
 impl Signer {
-    /// Refuses a TLS caller whose certificate is not on the allow-list (the TLS handshake has
+    /// Refuses a TLS caller whose certificate is not on the allow-lists (the TLS handshake has
     /// already refused callers without a certificate from the client CA).
     fn authorize<T>(&self, request: &Request<T>) -> Result<String, Status> {
         let caller = caller_identity(request);
-        if let Some(fingerprint) = caller.strip_prefix("cert:sha256:")
-            && !self.allowed_certificate(fingerprint)
+        if let Some((fingerprint, identity)) = client_certificate(request)
+            && !self.allowed_certificate(&fingerprint, identity.as_deref())
         {
             tracing::warn!(%caller, "refused a caller: client certificate not allowed");
             return Err(Status::permission_denied(format!(
-                "client certificate {fingerprint} is not allowed"
+                "client certificate {} is not allowed",
+                identity.unwrap_or(fingerprint)
             )));
         }
         Ok(caller)

@@ -121,24 +121,16 @@ pub async fn run(
         ));
     }
     if let Some(tls) = &config.tls {
-        let read = |path: &std::path::Path| {
-            std::fs::read(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))
-        };
-        let tls_config = tonic::transport::ServerTlsConfig::new()
-            .identity(tonic::transport::Identity::from_pem(
-                read(&tls.cert)?,
-                read(&tls.key)?,
-            ))
-            .client_ca_root(tonic::transport::Certificate::from_pem(read(
-                &tls.client_ca,
-            )?));
+        let reloading = sigcast_runtime::tls::Reloading::start(&tls.files())?;
         let listener = TcpListener::bind(tls.listen).await?;
-        tracing::info!(listen = %tls.listen, allowed = tls.allowed_client_fingerprints.len(), "signer API over mutual TLS");
-        let server = tonic::transport::Server::builder()
-            .tls_config(tls_config)?
-            .add_service(api);
+        tracing::info!(
+            listen = %tls.listen,
+            allowed = tls.allowed_client_fingerprints.len() + tls.allowed_client_identities.len(),
+            "signer API over mutual TLS"
+        );
+        let server = tonic::transport::Server::builder().add_service(api);
         servers.push(tokio::spawn(server.serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            reloading.incoming(listener),
             until_stopped(),
         )));
     }

@@ -197,7 +197,9 @@ pub struct Signer {
     rules: IntentRules,
     policies: Arc<Vec<KeyPolicy>>,
     callers: Arc<Vec<sigcast_domain::callers::CallerRule>>,
-    allowed_certificates: Arc<Vec<String>>,
+    /// Fingerprints (SHA-256 hex) and identities (URI/DNS SAN, else CN) of the TLS client
+    /// certificates allowed; both empty: any the client CA issued.
+    allowed_certificates: Arc<(Vec<String>, Vec<String>)>,
 }
 
 impl Signer {
@@ -251,10 +253,12 @@ impl Signer {
                     .tls
                     .as_ref()
                     .map(|tls| {
-                        tls.allowed_client_fingerprints
+                        let fingerprints = tls
+                            .allowed_client_fingerprints
                             .iter()
                             .map(|f| f.to_ascii_lowercase().replace(':', ""))
-                            .collect()
+                            .collect();
+                        (fingerprints, tls.allowed_client_identities.clone())
                     })
                     .unwrap_or_default(),
             ),
@@ -311,11 +315,14 @@ impl Signer {
         Ok(())
     }
 
-    /// Whether a TLS client certificate (SHA-256 hex) may call: any the client CA issued when
-    /// no allow-list is configured.
-    pub(crate) fn allowed_certificate(&self, fingerprint: &str) -> bool {
-        self.allowed_certificates.is_empty()
-            || self.allowed_certificates.iter().any(|f| f == fingerprint)
+    /// Whether a TLS client certificate (its SHA-256 hex and its identity) may call: one of
+    /// the allowed fingerprints or identities; any the client CA issued when neither list is
+    /// configured. An identity outlives the certificate's renewal; a fingerprint does not.
+    pub(crate) fn allowed_certificate(&self, fingerprint: &str, identity: Option<&str>) -> bool {
+        let (fingerprints, identities) = &*self.allowed_certificates;
+        (fingerprints.is_empty() && identities.is_empty())
+            || fingerprints.iter().any(|f| f == fingerprint)
+            || identity.is_some_and(|id| identities.iter().any(|allowed| allowed == id))
     }
 
     /// Runs a signing transaction: grouped with other callers' when the key signs in this

@@ -64,18 +64,22 @@ pub struct Token {
 impl Token {
     /// Opens the module, finds the token by label and logs in as its user.
     pub fn open(config: &Pkcs11Config) -> Result<Self, TokenError> {
-        let pin = match &config.pin_file {
-            Some(path) => std::fs::read_to_string(path)
-                .map(|p| p.trim_end_matches(['\n', '\r']).to_owned())
-                .map_err(|e| TokenError {
-                    doing: format!("reading {}", path.display()),
-                    reason: e.to_string(),
-                })?,
+        // Wiped from memory once the login is done (AuthPin wipes its own copy).
+        let pin = zeroize::Zeroizing::new(match &config.pin_file {
+            Some(path) => {
+                let read = zeroize::Zeroizing::new(std::fs::read_to_string(path).map_err(|e| {
+                    TokenError {
+                        doing: format!("reading {}", path.display()),
+                        reason: e.to_string(),
+                    }
+                })?);
+                read.trim_end_matches(['\n', '\r']).to_owned()
+            }
             None => std::env::var(PIN_ENV).map_err(|_| TokenError {
                 doing: "reading the PIN".into(),
                 reason: format!("set pin_file or {PIN_ENV}"),
             })?,
-        };
+        });
         let pkcs11 = Pkcs11::new(&config.module)
             .map_err(fail(format!("loading {}", config.module.display())))?;
         pkcs11
@@ -98,7 +102,10 @@ impl Token {
             .open_rw_session(slot)
             .map_err(fail("opening a session"))?;
         session
-            .login(UserType::User, Some(&AuthPin::from(pin)))
+            .login(
+                UserType::User,
+                Some(&AuthPin::from(pin.as_str().to_owned())),
+            )
             .map_err(fail("logging in"))?;
         Ok(Self {
             session: Arc::new(Mutex::new(session)),
@@ -106,7 +113,8 @@ impl Token {
     }
 
     /// Generates a key pair inside the token on the curve `params` names: the private key
-    /// sensitive and non-extractable. Returns the public key object.
+    /// sensitive and non-extractable, both halves with one random CKA_ID, by which they are
+    /// paired (labels need not be unique). Returns the public key object.
     fn generate_pair(
         &self,
         session: &Session,
@@ -114,8 +122,10 @@ impl Token {
         params: &[u8],
         mechanism: Mechanism<'_>,
     ) -> Result<ObjectHandle, TokenError> {
+        let id: [u8; 16] = rand::random();
         let public = [
             Attribute::Token(true),
+            Attribute::Id(id.to_vec()),
             Attribute::Label(label.as_bytes().to_vec()),
             Attribute::EcParams(params.to_vec()),
             Attribute::Verify(true),
@@ -125,6 +135,7 @@ impl Token {
             Attribute::Private(true),
             Attribute::Sensitive(true),
             Attribute::Extractable(false),
+            Attribute::Id(id.to_vec()),
             Attribute::Label(label.as_bytes().to_vec()),
             Attribute::Sign(true),
         ];
@@ -156,8 +167,11 @@ impl Token {
         ed25519_public_key(&session, public)
     }
 
-    /// The token's key pairs of `key_type`: each private key with a label, and the public
-    /// key of the same type and label.
+    /// The token's key pairs of `key_type`: each private key, with its label, and the one
+    /// public key of the same type and CKA_ID (or, for a key made without an id by another
+    /// tool, the one of the same label). A private key whose public half is not exactly one
+    /// object is left out with a warning: pairing it with another key's public half would
+    /// sign for one account while naming another.
     fn key_pairs(
         &self,
         session: &Session,
@@ -171,27 +185,36 @@ impl Token {
             .map_err(fail("listing keys"))?;
         let mut pairs = Vec::new();
         for private in privates {
-            let Some(Attribute::Label(label)) = session
-                .get_attributes(private, &[AttributeType::Label])
-                .map_err(fail("reading a key label"))?
-                .into_iter()
-                .next()
-            else {
-                continue;
+            let (mut id, mut label) = (Vec::new(), Vec::new());
+            for attribute in session
+                .get_attributes(private, &[AttributeType::Id, AttributeType::Label])
+                .map_err(fail("reading a key's id and label"))?
+            {
+                match attribute {
+                    Attribute::Id(value) => id = value,
+                    Attribute::Label(value) => label = value,
+                    _ => {}
+                }
+            }
+            let by = if id.is_empty() {
+                Attribute::Label(label.clone())
+            } else {
+                Attribute::Id(id)
             };
-            let public = session
+            let publics = session
                 .find_objects(&[
                     Attribute::Class(ObjectClass::PUBLIC_KEY),
                     Attribute::KeyType(key_type),
-                    Attribute::Label(label.clone()),
+                    by,
                 ])
                 .map_err(fail("finding a public key"))?;
-            if let Some(public) = public.into_iter().next() {
-                pairs.push((
-                    String::from_utf8_lossy(&label).into_owned(),
-                    private,
-                    public,
-                ));
+            let label = String::from_utf8_lossy(&label).into_owned();
+            match publics[..] {
+                [public] => pairs.push((label, private, public)),
+                _ => tracing::warn!(
+                    %label, public_keys = publics.len(),
+                    "a token key left out: not exactly one public key of its CKA_ID (or label)"
+                ),
             }
         }
         Ok(pairs)

@@ -239,6 +239,74 @@ fn a_solana_transfer_signed_inside_the_token_verifies() {
 }
 
 #[test]
+fn token_keys_that_share_a_label_are_paired_by_their_id_and_each_signs_as_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let (conf, config) = softhsm_token(dir.path());
+    let generate = || {
+        let out = signer()
+            .arg("--config")
+            .arg(&config)
+            .args([
+                "keys",
+                "generate",
+                "--label",
+                "hot",
+                "--algorithm",
+                "ed25519",
+            ])
+            .env("SOFTHSM2_CONF", &conf)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let (first, second) = (generate(), generate());
+    assert_ne!(first, second);
+    // SAFETY: the test runs alone in its process under nextest; set before the module loads.
+    unsafe { std::env::set_var("SOFTHSM2_CONF", &conf) };
+    let token = sigcast_signer::token::Token::open(&sigcast_signer::token::Pkcs11Config {
+        module: "/usr/lib/softhsm/libsofthsm2.so".into(),
+        token_label: "sol".into(),
+        pin_file: Some(dir.path().join("pin")),
+    })
+    .unwrap();
+    let keys = token.ed25519_keys().unwrap();
+    let mut publics: Vec<String> = keys
+        .iter()
+        .map(|k| bs58::encode(k.public_key).into_string())
+        .collect();
+    publics.sort();
+    let mut expected = vec![first, second];
+    expected.sort();
+    assert_eq!(
+        publics, expected,
+        "each private key with its own public key"
+    );
+    for key in &keys {
+        let transfer = sigcast_domain::SolanaTransfer {
+            cluster: "localnet".into(),
+            from: sigcast_domain::SolanaPubkey::from(key.public_key),
+            to: sigcast_domain::SolanaPubkey::from([42; 32]),
+            lamports: sigcast_domain::Lamports(1),
+        };
+        let message = sigcast_solana::transfer_message(
+            &transfer,
+            &sigcast_solana::Lifetime::Blockhash([5; 32]),
+            0,
+        );
+        let signature = key.sign(&sigcast_solana::message_bytes(&message)).unwrap();
+        assert!(
+            sigcast_solana::verify(&sigcast_solana::assemble(message, &[signature])),
+            "a key signs as the account it names"
+        );
+    }
+}
+
+#[test]
 fn ed25519_keys_live_in_encrypted_keystores_too_and_sign_solana_transfers() {
     use sigcast_domain::{Lamports, SolanaPubkey, SolanaTransfer};
     let dir = tempfile::tempdir().unwrap();

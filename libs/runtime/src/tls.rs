@@ -1,4 +1,4 @@
-//! Mutual TLS for the gateway's listeners: the server certificate and the client CA are read
+//! Mutual TLS for a service's listeners: the server certificate and the client CA are read
 //! from files and read again when they change (cert-manager rotates them), without a restart;
 //! a connection takes the configuration current when it arrives. Handshakes run beside the
 //! accept loop, so a slow client holds up nobody else.

@@ -68,6 +68,33 @@ pub(crate) async fn wait_all_confirmed(
     done
 }
 
+/// How many operations are SIGNED or SENT now: work a kill can interrupt between its steps.
+pub(crate) async fn in_flight(stack: &Stack) -> usize {
+    let mut client = stack.client().await;
+    let mut count = 0;
+    for state in [pb::OperationState::Signed, pb::OperationState::Sent] {
+        let mut token = String::new();
+        loop {
+            let page = client
+                .list_operations(pb::ListOperationsRequest {
+                    state: state.into(),
+                    page_size: 1_000,
+                    page_token: token,
+                    ..Default::default()
+                })
+                .await
+                .expect("list")
+                .into_inner();
+            count += page.operations.len();
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            token = page.next_page_token;
+        }
+    }
+    count
+}
+
 /// Waits until every listed operation is terminal; returns them by op_id.
 pub(crate) async fn wait_terminal(
     stack: &Stack,
@@ -267,22 +294,34 @@ async fn kill_nine_of_signer_and_broadcaster_under_load_loses_and_duplicates_not
     let seed = fault_seed();
     println!("kill seed {seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut stack = Stack::start(StackOptions::default()).await;
-    let planned = submit_transfers(&stack, "killed", 500, 4).await;
-    let mut kills = 0;
-    while kills < 24 {
-        tokio::time::sleep(Duration::from_millis(rng.gen_range(100..1_200))).await;
+    let mut stack = Stack::start(StackOptions {
+        block_time: Some(1),
+        ..Default::default()
+    })
+    .await;
+    // Work arrives in waves between the kills, so that every kill lands with operations
+    // between signing and confirmation (a kill of an idle stack proves nothing).
+    let mut planned = Vec::new();
+    for kill in 0..24 {
+        planned.extend(submit_transfers(&stack, &format!("killed-{kill:02}"), 25, 4).await);
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(100..800))).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while in_flight(&stack).await == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "kill {kill} would land on an idle stack"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let service = if rng.gen_bool(0.5) {
             &mut stack.signers[0]
         } else {
             &mut stack.broadcasters[0]
         };
         service.kill9();
-        kills += 1;
         tokio::time::sleep(Duration::from_millis(rng.gen_range(0..500))).await;
         service.restart().await;
     }
-    println!("{kills} kills");
     assert_exactly_once(&stack, &planned, 4, Duration::from_secs(600)).await;
 }
 
@@ -293,8 +332,42 @@ async fn two_signers_and_two_broadcasters_on_one_store_allocate_each_nonce_once(
         ..Default::default()
     })
     .await;
-    let planned = submit_transfers(&stack, "replicas", 200, 4).await;
+    // In waves, 137 ms apart, so that neither replica's polling phase catches every one: a
+    // burst all at once is signed by whichever replica polls first, and the other signs
+    // nothing (replicas take the same work; they do not divide it).
+    let mut planned = Vec::new();
+    for wave in 0..20 {
+        planned.extend(submit_transfers(&stack, &format!("replicas-{wave:02}"), 10, 4).await);
+        tokio::time::sleep(Duration::from_millis(137)).await;
+    }
     assert_exactly_once(&stack, &planned, 4, Duration::from_secs(300)).await;
+    // Both replicas of each service did work; otherwise this is a one-replica test.
+    for (service, work) in [
+        (&stack.signers, ["operation signed", ""]),
+        (
+            &stack.broadcasters,
+            ["worker: sent", "outcome=\"accepted\""],
+        ),
+    ] {
+        let counts: Vec<usize> = service
+            .iter()
+            .map(|replica| {
+                let log = replica.log();
+                assert!(
+                    !log.contains('\u{1b}'),
+                    "terminal escape codes in a log file"
+                );
+                log.lines()
+                    .filter(|l| work.iter().all(|w| l.contains(w)))
+                    .count()
+            })
+            .collect();
+        assert!(
+            counts.iter().all(|&c| c > 0),
+            "a {} replica did no work ({work:?} never logged): {counts:?}",
+            service[0].binary,
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -168,18 +168,28 @@ async fn a_caller_whose_uid_is_not_allowed_is_refused_and_logged() {
         ..Default::default()
     })
     .await;
-    let refused = match sigcast_e2e::signer_client(&stack.signer_socket(0)).await {
-        Err(_) => true,
-        Ok(mut signer) => signer
-            .sign_operation(SignOperationRequest {
-                op_id: "x".into(),
-                purpose: 1,
-                ..Default::default()
-            })
-            .await
-            .is_err(),
-    };
-    assert!(refused, "a disallowed uid gets no answer");
+    // A recorded operation, so that only the caller check can stand between the call and a
+    // signature (an unknown op_id would be refused as NOT_FOUND whatever the uid).
+    stack
+        .client()
+        .await
+        .submit_operation(transfer("blocked", DEV[0], &recipient(0), 1))
+        .await
+        .unwrap();
+    match sigcast_e2e::signer_client(&stack.signer_socket(0)).await {
+        Err(_) => {} // refused at connection
+        Ok(mut signer) => {
+            let refused = signer
+                .sign_operation(SignOperationRequest {
+                    op_id: "blocked".into(),
+                    purpose: 1,
+                    ..Default::default()
+                })
+                .await
+                .expect_err("a disallowed uid gets no signature");
+            assert_ne!(refused.code(), tonic::Code::NotFound, "{refused:?}");
+        }
+    }
     assert!(
         stack.signers[0]
             .log()
@@ -188,12 +198,6 @@ async fn a_caller_whose_uid_is_not_allowed_is_refused_and_logged() {
         stack.signers[0].log()
     );
     // The broadcaster runs as the same disallowed uid: nothing gets signed.
-    stack
-        .client()
-        .await
-        .submit_operation(transfer("blocked", DEV[0], &recipient(0), 1))
-        .await
-        .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let op = stack
         .client()

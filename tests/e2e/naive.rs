@@ -64,6 +64,16 @@ async fn a_naive_retrier_duplicates_where_sigcast_does_not() {
         let count = node.nonce(DEV[0].parse().unwrap()).await.unwrap();
         let expected: u64 = planned.iter().map(|(_, _, v)| v).sum();
         let stats = stack.proxy.as_ref().unwrap().stats();
+        // Only a send the node took whose reply was lost tempts a resend: without one, this
+        // run compared nothing.
+        assert!(
+            stats
+                .faults
+                .iter()
+                .any(|f| *f != sigcast_e2e::Fault::DropBeforeForward),
+            "sigcast run {run} met no lost reply: {:?}",
+            stats.faults
+        );
         rows.push(format!(
             "sigcast | {delta} | {count} | {} | expected {expected}; {} sends, {} faults",
             if delta > U256::from(expected) {

@@ -104,6 +104,65 @@ impl Intent {
 mod tests {
     use crate::*;
 
+    /// Pinned across versions: a stored operation's fingerprint decides whether a resubmit
+    /// after an upgrade is a replay or a conflict. Computed by an independent implementation
+    /// (Python's hashlib over the documented length-prefixed encoding), not by this code.
+    #[test]
+    fn fingerprints_are_pinned() {
+        let from = EvmAddress::parse("0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266").unwrap();
+        let to = EvmAddress::parse("0x70997970c51812dc3a010c7d01b50e0d17dc79c8").unwrap();
+        let cases = [
+            (
+                Intent::EvmTransfer(EvmTransfer {
+                    chain_id: 31337,
+                    from,
+                    to,
+                    value: Wei::parse("1000").unwrap(),
+                }),
+                "d01be8df9c2208153c64135ddb1bf084196be54887fd73911a4e00f024178697",
+            ),
+            (
+                Intent::EvmContractCall(EvmContractCall {
+                    chain_id: 31337,
+                    from,
+                    to,
+                    data: vec![0xa9, 0x05, 0x9c, 0xbb],
+                    value: Wei::zero(),
+                    gas_limit: Some(60_000),
+                }),
+                "7e377d5d461620dbb6e026e52771b13e62e9b9cb1823ada30869db6240e41f69",
+            ),
+            (
+                Intent::SolanaTransfer(SolanaTransfer {
+                    cluster: "localnet".into(),
+                    from: SolanaPubkey::from([1; 32]),
+                    to: SolanaPubkey::from([2; 32]),
+                    lamports: Lamports(5_000),
+                }),
+                "ee526ec78f0f1ef1622a73cf9afc3c3fa2dff5b7c559d19f95441218e21f990a",
+            ),
+            (
+                Intent::SolanaInstructions(SolanaInstructions {
+                    cluster: "localnet".into(),
+                    fee_payer: SolanaPubkey::from([1; 32]),
+                    instructions: vec![SolanaInstruction {
+                        program_id: SolanaPubkey::from([3; 32]),
+                        accounts: vec![SolanaAccountMeta {
+                            pubkey: SolanaPubkey::from([1; 32]),
+                            is_signer: true,
+                            is_writable: true,
+                        }],
+                        data: vec![2, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0],
+                    }],
+                }),
+                "a12e143c193d0a42b0e238932b25a4573e0365d28490090396c9b75e2433c1e7",
+            ),
+        ];
+        for (intent, expected) in cases {
+            assert_eq!(intent.fingerprint().to_string(), expected, "{intent:?}");
+        }
+    }
+
     fn transfer(value: &str) -> Intent {
         Intent::EvmTransfer(EvmTransfer {
             chain_id: 31337,

@@ -83,6 +83,25 @@ pub fn derive_op_id(
 mod tests {
     use super::*;
 
+    /// Pinned across versions: a caller that derives its op_id after an upgrade must get the
+    /// same one, or its retry of a payment would be a new operation and pay twice. The value
+    /// was computed by an independent implementation (Python's hashlib over the same
+    /// length-prefixed encoding), not by this code.
+    #[test]
+    fn derive_op_id_is_pinned() {
+        let id = derive_op_id(
+            &Chain::Evm { chain_id: 1 },
+            "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
+            "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+            "1000000000000000000",
+            "invoice-2026-0001",
+        );
+        assert_eq!(
+            id.as_str(),
+            "sc1-0a528abe818a551b5179fb6160145bed7deabda8c3d9f1fb7fb17a822d2c0fce"
+        );
+    }
+
     #[test]
     fn op_id_rules() {
         assert!(OpId::parse("a").is_ok());

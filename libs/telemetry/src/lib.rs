@@ -131,8 +131,11 @@ pub fn init(
     use tracing_subscriber::Layer;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&log.filter));
     let logs = match log.format {
+        // Colours only on a terminal: in a file, a pipe or a container's log they are escape
+        // codes between every field name and its value, which no grep or log search matches.
         LogFormat::Human => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_filter(filter)
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()

@@ -88,6 +88,11 @@ impl Metrics {
             m.transitions.clone(),
         );
         registry.register(
+            "operations_in_flight",
+            "Operations a broadcaster pass found in each state not yet terminal",
+            m.in_flight.clone(),
+        );
+        registry.register(
             "attempts",
             "Transaction sends by chain and outcome",
             m.attempts.clone(),

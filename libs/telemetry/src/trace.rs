@@ -181,6 +181,17 @@ pub(crate) fn provider(
 mod tests {
     use super::*;
 
+    /// Pinned across versions: an operation's spans from before and after an upgrade (a retry
+    /// that outlives a deploy) must join one trace. Computed by an independent implementation
+    /// (Python's hashlib: SHA-256 of the prefix and the op_id, first 16 bytes).
+    #[test]
+    fn the_trace_id_of_an_op_id_is_pinned() {
+        assert_eq!(
+            op_trace_id("payout-2026-0001").to_string(),
+            "cbe9109537aa9e2c7915ad5be2be4105"
+        );
+    }
+
     #[test]
     fn the_trace_id_follows_from_the_op_id_alone() {
         assert_eq!(op_trace_id("op-1"), op_trace_id("op-1"));

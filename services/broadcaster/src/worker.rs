@@ -123,7 +123,10 @@ impl Worker {
 
     /// RECEIVED → SIGNED (by the signer), or REJECTED if the signer refuses the operation.
     async fn sign_stage(&self) -> anyhow::Result<()> {
-        let received = self.take(pb::OperationState::Received).await?;
+        let mut received = self.take(pb::OperationState::Received).await?;
+        // In an order of its own: replicas taking the same operations in the same order would
+        // race for each, and one would win them all while the other only waits behind it.
+        rand::seq::SliceRandom::shuffle(received.as_mut_slice(), &mut rand::thread_rng());
         futures::stream::iter(received)
             .for_each_concurrent(self.concurrency, |op| async move {
                 let span = op_span("Sign", &op.op_id);

@@ -141,6 +141,41 @@ async fn client(
     Ok(SignerServiceClient::new(channel))
 }
 
+/// The SHA-256 fingerprint (hex) of the certificate the server at `addr` presents, read with
+/// `openssl s_client` as the broadcaster.
+fn served_fingerprint(dir: &Path, addr: &str) -> String {
+    let handshake = Command::new("openssl")
+        .current_dir(dir)
+        .args([
+            "s_client",
+            "-connect",
+            addr,
+            "-CAfile",
+            "ca.pem",
+            "-cert",
+            "broadcaster.pem",
+            "-key",
+            "broadcaster.key",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let mut x509 = Command::new("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha256"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut x509.stdin.take().unwrap(), &handshake.stdout).unwrap();
+    let text = String::from_utf8(x509.wait_with_output().unwrap().stdout).unwrap();
+    text.trim()
+        .rsplit('=')
+        .next()
+        .unwrap()
+        .replace(':', "")
+        .to_lowercase()
+}
+
 async fn list_keys(addr: &str, dir: &Path, identity: Option<&str>) -> Result<usize, String> {
     let mut signer = client(addr, dir, identity)
         .await
@@ -293,6 +328,11 @@ async fn the_signer_allows_certificates_by_identity_through_a_renewal_without_a_
     }
     assert_eq!(list_keys(&tls_addr, dir, Some("broadcaster")).await, Ok(2));
     assert_eq!(stack.signers[0].pid(), pid, "no restart");
+    assert_eq!(
+        served_fingerprint(dir, &tls_addr),
+        fingerprint(dir, "signer"),
+        "the renewed certificate is the one served"
+    );
 
     // The broadcaster signs through it: operations confirm.
     let planned = submit_transfers(&stack, "mtls-id", 6, 2).await;

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields, default)]
 pub struct CallerRule {
     /// The caller's identity: its client certificate's URI SAN (e.g. `spiffe://…`), else its
-    /// first DNS SAN, else its subject CN.
+    /// first DNS SAN, else `cn:` and its subject CN.
     pub identity: String,
     /// Accounts (keys) it may submit from; `"*"`: any. Empty: none.
     pub accounts: Vec<String>,

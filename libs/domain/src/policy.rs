@@ -46,7 +46,8 @@ pub struct KeyPolicy {
     /// The most an EVM transaction of the key may offer per gas, in gwei (its fee cap, or
     /// its gas price), below the chain's `max_fee_per_gas_gwei`; 0: the chain's alone.
     pub max_fee_per_gas_gwei: u64,
-    /// The most it may offer as priority fee per gas, in gwei; 0: no limit of its own.
+    /// The most it may offer as priority fee per gas, in gwei; 0: no limit of its own. (A
+    /// legacy transaction has no priority fee: only the per-gas limits hold it.)
     pub max_priority_fee_per_gas_gwei: u64,
     /// The most one EVM transaction of the key may cost in fees (gas limit × fee cap), in wei
     /// (decimal); empty: no limit.
@@ -87,6 +88,12 @@ impl KeyPolicy {
                 Wei::parse(value)
                     .map_err(|rule| format!("policy for {}: {field} {rule}", self.account))?;
             }
+        }
+        if Wei::parse(&self.max_fee_wei).is_ok_and(|max| max == Wei::zero()) {
+            return Err(format!(
+                "policy for {}: max_fee_wei 0 would leave every transaction unpaid",
+                self.account
+            ));
         }
         for (field, value) in [
             ("max_lamports", &self.max_lamports),

@@ -2,7 +2,9 @@
 //! allow-lists name, stable across renewals (unlike a fingerprint).
 
 /// The identity in a certificate: its URI SAN (`spiffe://…`), else its first DNS SAN, else
-/// its subject CN; `None` if it names none, or several URIs (no single caller).
+/// `cn:` and its subject CN; `None` if it names none, or several URIs (no single caller). A
+/// CN is marked as one so that no CN ever passes for a URI or a DNS name an allow-list
+/// names (a CA that issues CNs freely would otherwise issue any identity).
 pub fn of_certificate(der: &[u8]) -> Option<String> {
     let der = rustls::pki_types::CertificateDer::from(der);
     let cert = webpki::EndEntityCert::try_from(&der).ok()?;
@@ -13,7 +15,7 @@ pub fn of_certificate(der: &[u8]) -> Option<String> {
     if let Some(dns) = cert.valid_dns_names().next() {
         return Some(dns.to_owned());
     }
-    common_name(cert.subject())
+    common_name(cert.subject()).map(|cn| format!("cn:{cn}"))
 }
 
 /// One DER element of `input`: its tag, its content, and what follows it.

@@ -386,7 +386,11 @@ pub fn list_within(
                 }
             };
             if filter.matches(&op) {
-                bytes = bytes.saturating_add(op.encoded_len());
+                // As the record sits in a response: its length prefix counted too.
+                let len = op.encoded_len();
+                bytes = bytes
+                    .saturating_add(len)
+                    .saturating_add(1 + prost::length_delimiter_len(len));
                 if bytes > max_bytes && !page.operations.is_empty() {
                     // This one starts the next page: the cursor stays on the row before it.
                     return Ok(Ok(page));

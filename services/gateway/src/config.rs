@@ -137,7 +137,8 @@ impl Default for LimitsConfig {
             request_timeout_ms: 30_000,
             max_watches_per_caller: 1_000,
             max_watches: 10_000,
-            max_list_response_bytes: 4 * 1024 * 1024,
+            // Under the 4 MiB that gRPC clients accept by default, with room for the token.
+            max_list_response_bytes: 3_584 * 1024,
         }
     }
 }

@@ -45,17 +45,31 @@ pub enum KeyError {
 /// The passphrase: from `file` if configured, else from the environment variable. Wiped from
 /// memory when dropped.
 pub fn read_passphrase(file: Option<&Path>, env_var: &str) -> Result<Zeroizing<String>, KeyError> {
-    let passphrase = match file {
-        Some(path) => std::fs::read_to_string(path)
-            .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
-            .map_err(|e| KeyError::Passphrase(format!("reading {}: {e}", path.display()))),
-        None => std::env::var(env_var).map_err(|_| {
-            KeyError::Passphrase(format!(
-                "set passphrase_file or the {env_var} environment variable"
+    read_secret(file, "passphrase_file", env_var).map_err(KeyError::Passphrase)
+}
+
+/// A secret (passphrase, PIN) from `file` (its trailing newline dropped), else from the
+/// environment variable `env_var`; every copy read is wiped from memory when dropped. (One
+/// held in the environment stays there for the process's life: prefer the file.)
+pub fn read_secret(
+    file: Option<&Path>,
+    file_setting: &str,
+    env_var: &str,
+) -> Result<Zeroizing<String>, String> {
+    match file {
+        Some(path) => {
+            let read = Zeroizing::new(
+                std::fs::read_to_string(path)
+                    .map_err(|e| format!("reading {}: {e}", path.display()))?,
+            );
+            Ok(Zeroizing::new(
+                read.trim_end_matches(['\n', '\r']).to_owned(),
             ))
-        }),
-    };
-    passphrase.map(Zeroizing::new)
+        }
+        None => std::env::var(env_var)
+            .map(Zeroizing::new)
+            .map_err(|_| format!("set {file_setting} or the {env_var} environment variable")),
+    }
 }
 
 /// A key the signer can sign with: decrypted from a keystore into this process, or inside a

@@ -65,21 +65,11 @@ impl Token {
     /// Opens the module, finds the token by label and logs in as its user.
     pub fn open(config: &Pkcs11Config) -> Result<Self, TokenError> {
         // Wiped from memory once the login is done (AuthPin wipes its own copy).
-        let pin = zeroize::Zeroizing::new(match &config.pin_file {
-            Some(path) => {
-                let read = zeroize::Zeroizing::new(std::fs::read_to_string(path).map_err(|e| {
-                    TokenError {
-                        doing: format!("reading {}", path.display()),
-                        reason: e.to_string(),
-                    }
-                })?);
-                read.trim_end_matches(['\n', '\r']).to_owned()
-            }
-            None => std::env::var(PIN_ENV).map_err(|_| TokenError {
+        let pin = crate::keys::read_secret(config.pin_file.as_deref(), "pin_file", PIN_ENV)
+            .map_err(|reason| TokenError {
                 doing: "reading the PIN".into(),
-                reason: format!("set pin_file or {PIN_ENV}"),
-            })?,
-        });
+                reason,
+            })?;
         let pkcs11 = Pkcs11::new(&config.module)
             .map_err(fail(format!("loading {}", config.module.display())))?;
         pkcs11
@@ -168,8 +158,9 @@ impl Token {
     }
 
     /// The token's key pairs of `key_type`: each private key, with its label, and the one
-    /// public key of the same type and CKA_ID (or, for a key made without an id by another
-    /// tool, the one of the same label). A private key whose public half is not exactly one
+    /// public key of the same type, CKA_ID and label; else of the same CKA_ID (tools that
+    /// label the halves apart); else, for a private key without an id, the one public key of
+    /// its label that has no id either. A private key whose public half is not exactly one
     /// object is left out with a warning: pairing it with another key's public half would
     /// sign for one account while naming another.
     fn key_pairs(
@@ -196,18 +187,35 @@ impl Token {
                     _ => {}
                 }
             }
-            let by = if id.is_empty() {
-                Attribute::Label(label.clone())
-            } else {
-                Attribute::Id(id)
-            };
-            let publics = session
-                .find_objects(&[
+            let find = |by: &[Attribute]| {
+                let mut template = vec![
                     Attribute::Class(ObjectClass::PUBLIC_KEY),
                     Attribute::KeyType(key_type),
-                    by,
-                ])
-                .map_err(fail("finding a public key"))?;
+                ];
+                template.extend_from_slice(by);
+                session
+                    .find_objects(&template)
+                    .map_err(fail("finding a public key"))
+            };
+            let publics = if id.is_empty() {
+                let mut without_id = Vec::new();
+                for public in find(&[Attribute::Label(label.clone())])? {
+                    let has_id = session
+                        .get_attributes(public, &[AttributeType::Id])
+                        .map_err(fail("reading a public key's id"))?
+                        .iter()
+                        .any(|a| matches!(a, Attribute::Id(v) if !v.is_empty()));
+                    if !has_id {
+                        without_id.push(public);
+                    }
+                }
+                without_id
+            } else {
+                match find(&[Attribute::Id(id.clone()), Attribute::Label(label.clone())])?[..] {
+                    [public] => vec![public],
+                    _ => find(&[Attribute::Id(id)])?,
+                }
+            };
             let label = String::from_utf8_lossy(&label).into_owned();
             match publics[..] {
                 [public] => pairs.push((label, private, public)),

@@ -343,7 +343,7 @@ async fn a_list_page_is_held_to_its_byte_limit() {
             .await
             .unwrap();
     }
-    let (mut seen, mut token, mut pages) = (0, String::new(), 0);
+    let (mut seen, mut token, mut pages) = (Vec::new(), String::new(), 0);
     loop {
         let page = client
             .list_operations(pb::ListOperationsRequest {
@@ -354,19 +354,20 @@ async fn a_list_page_is_held_to_its_byte_limit() {
             .await
             .unwrap()
             .into_inner();
-        let bytes: usize = page
-            .operations
-            .iter()
-            .map(prost::Message::encoded_len)
-            .sum();
+        // The response as it went over the wire: operations and token.
+        let bytes = prost::Message::encoded_len(&page);
         assert!(bytes <= 65_536, "a page of {bytes} bytes");
-        seen += page.operations.len();
+        seen.extend(page.operations.iter().map(|op| op.op_id.clone()));
         pages += 1;
         if page.next_page_token.is_empty() {
             break;
         }
         token = page.next_page_token;
     }
-    assert_eq!(seen, 20);
+    let expected: Vec<String> = (0..20).map(|i| format!("big-{i:02}")).collect();
+    assert_eq!(
+        seen, expected,
+        "every operation once, in order, none skipped"
+    );
     assert!(pages >= 3, "{pages} pages");
 }

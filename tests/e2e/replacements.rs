@@ -336,18 +336,40 @@ async fn a_reorged_out_transaction_is_resent_byte_identical_and_confirms_once() 
         .unwrap();
     let sent = wait_for(&stack, "reorged", "sent", |op| accepted(op, "")).await;
     let hash = sent.attempts[0].tx_id.parse().unwrap();
+    // Confirmation depth: with the receipt readable for many polls (100 ms), one and then two
+    // blocks are not three confirmations; the third is.
     mine(&node).await;
     let first = node.receipt(hash).await.unwrap().expect("included");
-    assert_eq!(
-        get(&stack, "reorged").await.state(),
-        pb::OperationState::Sent,
-        "one block is not three confirmations"
-    );
+    for depth in [1, 2] {
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        assert_eq!(
+            get(&stack, "reorged").await.state(),
+            pb::OperationState::Sent,
+            "{depth} of 3 confirmations"
+        );
+        if depth == 1 {
+            mine(&node).await;
+        }
+    }
 
-    // The block holding it is replaced by one without it.
-    node.read("anvil_reorg", serde_json::json!([1, []]))
+    // The two blocks from the one holding it are replaced by blocks without it, and the node
+    // forgets it: only a resend by sigcast can bring it back.
+    node.read("anvil_reorg", serde_json::json!([2, []]))
         .await
         .unwrap();
+    node.read("anvil_dropAllTransactions", serde_json::json!([]))
+        .await
+        .unwrap();
+    assert!(
+        node.read(
+            "eth_getTransactionByHash",
+            serde_json::json!([sent.attempts[0].tx_id])
+        )
+        .await
+        .unwrap()
+        .is_null(),
+        "the node no longer holds the transaction"
+    );
     let replaced = node
         .read(
             "eth_getBlockByNumber",
@@ -376,6 +398,10 @@ async fn a_reorged_out_transaction_is_resent_byte_identical_and_confirms_once() 
         op.attempts.len(),
         1,
         "no new signature: the same bytes were sent again"
+    );
+    assert!(
+        op.attempts[0].sends >= 2,
+        "sigcast sent it again (the node had dropped it): {op:?}"
     );
     let result = op.result.as_ref().unwrap();
     assert_eq!(result.tx_id, op.attempts[0].tx_id);

@@ -40,6 +40,23 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo check with the FoundationDB backend"
 cargo check -p sigcast-store --features fdb --all-targets --locked
 
+step "mutation testing of what the change touched (domain, decision core)"
+# The mutants of the lines this change (against the same base as buf breaking) touched in the
+# domain crate and the broadcaster's decision core: a mutant no test kills fails the run, unless
+# .cargo/mutants.toml lists it as harmless with its reason. The full run is in the README ("How
+# we know it holds"). cargo-mutants is installed only when such lines changed.
+if [ -n "$against" ]; then
+  diff_file="$(mktemp)"
+  git diff "$against" -- libs/domain/src libs/protocol/src >"$diff_file"
+  if [ -s "$diff_file" ]; then
+    cargo mutants --version >/dev/null 2>&1 || cargo install --locked cargo-mutants --version 27.1.0
+    cargo mutants --no-shuffle --in-diff "$diff_file" -p sigcast-domain -p sigcast-protocol
+  else
+    echo "no change to the domain crate or the decision core" >&2
+  fi
+  rm -f "$diff_file"
+fi
+
 step "tests"
 # cargo-nextest ships with the machine's toolchain; it runs each test in its own process and
 # ends with one summary line. Plain cargo test where it is missing.

@@ -121,6 +121,22 @@ mod tests {
     ];
 
     #[test]
+    fn solana_keys_of_the_longest_spelling_parse_and_longer_or_empty_text_is_refused_by_length() {
+        // 32 bytes of 0xff spell 44 characters, the longest a key can.
+        let longest = SolanaPubkey::from([0xff; 32]).to_string();
+        assert_eq!(longest.len(), 44);
+        assert_eq!(
+            SolanaPubkey::parse(&longest).unwrap(),
+            SolanaPubkey::from([0xff; 32])
+        );
+        // Refused before decoding (a long string is not decoded at all), with the rule named.
+        for bad in [String::new(), format!("{longest}1")] {
+            let rule = SolanaPubkey::parse(&bad).unwrap_err().0;
+            assert!(rule.contains("32 to 44 characters"), "{bad:?}: {rule}");
+        }
+    }
+
+    #[test]
     fn evm_checksum_round_trips() {
         for text in CHECKSUMMED {
             let address = EvmAddress::parse(text).unwrap();

@@ -111,6 +111,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn amounts_print_as_their_canonical_decimal() {
+        assert_eq!(Wei::parse("0100").unwrap().to_string(), "100");
+        assert_eq!(Lamports::parse("007").unwrap().to_string(), "7");
+    }
+
+    #[test]
     fn wei_bounds_and_canonical_form() {
         assert_eq!(Wei::parse("0").unwrap().as_str(), "0");
         assert_eq!(Wei::parse("000").unwrap().as_str(), "0");

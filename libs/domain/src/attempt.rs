@@ -77,4 +77,18 @@ mod tests {
         }
         assert_eq!(AttemptReason::parse("bump"), None);
     }
+
+    #[test]
+    fn only_self_transfers_take_the_nonce_and_reasons_print_their_names() {
+        for (reason, takes, shown) in [
+            (Initial, false, "initial"),
+            (FeeBump, false, "fee_bump"),
+            (Cancel, true, "cancel"),
+            (GapFill, true, "gap_fill"),
+            (Resign, false, "resign"),
+        ] {
+            assert_eq!(reason.takes_the_nonce_instead(), takes, "{reason:?}");
+            assert_eq!(reason.to_string(), shown);
+        }
+    }
 }

@@ -211,6 +211,42 @@ mod tests {
     }
 
     #[test]
+    fn intent_kinds_limit_only_when_listed() {
+        let call = Intent::EvmContractCall(crate::EvmContractCall {
+            chain_id: 31337,
+            from: EvmAddress::parse(A).unwrap(),
+            to: EvmAddress::parse(B).unwrap(),
+            data: vec![1],
+            value: Wei::zero(),
+            gas_limit: None,
+        });
+        let transfers_only = [CallerRule {
+            identity: "x".into(),
+            accounts: vec!["*".into()],
+            intent_kinds: vec!["evm_transfer".into()],
+            ..Default::default()
+        }];
+        assert_eq!(
+            Callers(&transfers_only).may_submit("x", &transfer(A)),
+            Ok(())
+        );
+        assert!(
+            Callers(&transfers_only)
+                .may_submit("x", &call)
+                .unwrap_err()
+                .0
+                .contains("evm_contract_call")
+        );
+        let any_kind = [CallerRule {
+            identity: "x".into(),
+            accounts: vec!["*".into()],
+            ..Default::default()
+        }];
+        assert_eq!(Callers(&any_kind).may_submit("x", &call), Ok(()));
+        assert_eq!(intent_kind(&call), "evm_contract_call");
+    }
+
+    #[test]
     fn no_table_authorizes_everyone_and_bad_rules_are_named() {
         assert_eq!(Callers(&[]).may_submit("", &transfer(B)), Ok(()));
         assert_eq!(Callers(&[]).may_cancel(""), Ok(()));

@@ -88,6 +88,14 @@ mod tests {
     /// was computed by an independent implementation (Python's hashlib over the same
     /// length-prefixed encoding), not by this code.
     #[test]
+    fn op_ids_and_rules_print_as_written() {
+        assert_eq!(OpId::parse("payout-1").unwrap().to_string(), "payout-1");
+        let rule = OpId::parse("").unwrap_err();
+        assert!(!rule.to_string().is_empty());
+        assert_eq!(rule.to_string(), rule.0);
+    }
+
+    #[test]
     fn derive_op_id_is_pinned() {
         let id = derive_op_id(
             &Chain::Evm { chain_id: 1 },

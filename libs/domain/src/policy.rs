@@ -62,8 +62,9 @@ pub struct KeyPolicy {
 pub struct Violation(pub String);
 
 /// EVM addresses compare without their checksum case; a Solana key (base58) is case-sensitive.
+/// (An EVM address never equals a base58 key in any case, so `a` alone tells which rule.)
 pub(crate) fn same_address(a: &str, b: &str) -> bool {
-    if a.starts_with("0x") || b.starts_with("0x") {
+    if a.starts_with("0x") {
         a.eq_ignore_ascii_case(b)
     } else {
         a == b
@@ -663,6 +664,58 @@ mod tests {
             ..allowing
         };
         assert!(bad.validate().unwrap_err().contains("allowed_co_signers"));
+    }
+
+    #[test]
+    fn lamports_are_counted_only_under_a_lamport_limit() {
+        let payer = SolanaPubkey::from([1; 32]);
+        let unknown = instructions(payer, vec![system_ix(99, 0, &[payer])]);
+        assert_eq!(
+            KeyPolicy::default().check(&unknown),
+            Ok(()),
+            "no lamport limit: an instruction is not read for lamports"
+        );
+        for limited in [
+            KeyPolicy {
+                max_lamports: "1".into(),
+                ..Default::default()
+            },
+            KeyPolicy {
+                window_max_lamports: "1".into(),
+                window_secs: 1,
+                ..Default::default()
+            },
+            KeyPolicy {
+                allowed_recipients: vec![payer.to_string()],
+                ..Default::default()
+            },
+        ] {
+            assert!(limited.check(&unknown).is_err(), "{limited:?}");
+        }
+    }
+
+    #[test]
+    fn a_fee_limit_of_zero_is_refused_and_others_accepted() {
+        let zero = KeyPolicy {
+            max_fee_wei: "0".into(),
+            ..Default::default()
+        };
+        assert!(zero.validate().unwrap_err().contains("max_fee_wei"));
+        let some = KeyPolicy {
+            max_fee_wei: "21000000000000".into(),
+            ..Default::default()
+        };
+        assert_eq!(some.validate(), Ok(()));
+    }
+
+    #[test]
+    fn addresses_compare_by_their_kind() {
+        assert!(same_address(A, &A.to_lowercase()));
+        assert!(!same_address(A, B));
+        let key = SolanaPubkey::from([7; 32]).to_string();
+        assert!(same_address(&key, &key));
+        assert!(!same_address(&key, &key.to_lowercase()));
+        assert!(!same_address(A, &key) && !same_address(&key, A));
     }
 
     #[test]

@@ -677,6 +677,11 @@ fn a_cancelled_blockhash_operation_is_not_sent_again_and_cancels_at_expiry() {
         s.error.as_ref().unwrap().reason,
         reasons::CANCELLED_BEFORE_LANDING
     );
+    let message = &s.error.as_ref().unwrap().message;
+    assert!(
+        message.contains("block height 201, past the last valid 200"),
+        "the proof in words: {message}"
+    );
     op.state = pb::OperationState::Signed.into();
     assert_eq!(
         settled(&decide(&op, &Evidence::None, at(0), &rules())).state,
@@ -821,4 +826,247 @@ fn a_replacement_signed_but_never_sent_goes_out() {
     let op = evm_op(vec![accepted(1, 0), bump]);
     let evidence = evm(vec![view("http://a:1", 101, Some(7), None)]);
     assert_eq!(decide(&op, &evidence, at(11), &rules()), Action::Send(2));
+}
+
+// Tests added for mutants that survived `cargo mutants -p sigcast-protocol` (README, "How we
+// know it holds"): each pins a decision or a recorded fact no other test of this crate did.
+
+#[test]
+fn two_endpoints_showing_the_same_transaction_at_depth_agree() {
+    let op = evm_op(vec![accepted(1, 0)]);
+    let ours = tx(1);
+    let both = evm(vec![
+        view("http://a:1", 102, Some(8), Some(&ours)),
+        view("http://b:1", 103, Some(8), Some(&ours)),
+    ]);
+    let action = decide(&op, &both, at(11), &rules());
+    let s = settled(&action);
+    assert_eq!(s.state, OperationState::Confirmed);
+    // The evidence names where and when it was read, and the block.
+    let evidence = s.evidence.as_ref().unwrap();
+    assert_eq!(evidence.endpoint, "http://a:1");
+    assert_eq!(evidence.read_time, Some(at(11).into()));
+    assert_eq!(
+        (
+            evidence.tx_id.as_str(),
+            evidence.block_number,
+            evidence.block_hash.as_str()
+        ),
+        (ours.as_str(), 100, "0xb100")
+    );
+}
+
+#[test]
+fn an_older_record_with_a_send_time_and_no_send_count_is_not_sent_at_every_pass() {
+    // Records written before `sends` existed carry a send time and 0 sends: they were sent.
+    let mut op = evm_op(vec![accepted(1, 0)]);
+    op.attempts[0].sends = 0;
+    let free = evm(vec![view("http://a:1", 50, Some(7), None)]);
+    assert_eq!(
+        decide(&op, &free, at(2), &rules()),
+        Action::Wait(Why::InFlight(at(6)))
+    );
+}
+
+#[test]
+fn a_send_whose_answer_is_not_recorded_yet_is_not_gap_filled() {
+    // Recorded as being sent (a crash before its answer): pending, not refused.
+    let mut op = evm_op(vec![attempt(
+        1,
+        AttemptReason::Initial,
+        pb::AttemptOutcome::Pending,
+        false,
+        0,
+    )]);
+    op.attempts[0].outcome_time = None;
+    let free = evm(vec![view("http://a:1", 50, Some(7), None)]);
+    assert_eq!(decide(&op, &free, at(7), &rules()), Action::Send(1));
+    // Refused on a resend after it may have landed: it may still, so no gap fill either.
+    let mut resent = evm_op(vec![attempt(
+        1,
+        AttemptReason::Initial,
+        pb::AttemptOutcome::Rejected,
+        true,
+        0,
+    )]);
+    resent.error = None;
+    assert_eq!(decide(&resent, &free, at(7), &rules()), Action::Send(1));
+}
+
+#[test]
+fn a_sent_operation_is_judged_from_the_moment_its_check_is_due() {
+    let op = evm_op(vec![accepted(1, 0)]);
+    let due = at(0) + rules().check_after;
+    assert_eq!(
+        decide(
+            &op,
+            &Evidence::None,
+            due - Duration::from_millis(1),
+            &rules()
+        ),
+        Action::Wait(Why::Paced(due))
+    );
+    assert_ne!(
+        decide(&op, &Evidence::None, due, &rules()),
+        Action::Wait(Why::Paced(due)),
+        "at the due time it is judged"
+    );
+}
+
+#[test]
+fn a_blockhash_is_valid_through_its_last_valid_block_height() {
+    // Declaring it expired one block early would re-sign while the first could still land.
+    let op = solana_op("", 1);
+    let view = |height| SolanaView {
+        first_available_slot: Some(5),
+        ..solana_view(height, vec![None])
+    };
+    assert_eq!(
+        solana::lifetime(&op, &view(200), at(10)),
+        solana::Lifetime::Valid,
+        "block 200 may still include a transaction valid through 200"
+    );
+    let solana::Lifetime::Over(evidence) = solana::lifetime(&op, &view(201), at(10)) else {
+        panic!("past its last valid block height, with every status empty");
+    };
+    assert_eq!(evidence.endpoint, "http://sol:1");
+    assert_eq!(evidence.read_time, Some(at(10).into()));
+    assert_eq!(
+        evidence.first_available_slot, 5,
+        "how far back the history reached"
+    );
+    assert_eq!(evidence.commitment, "finalized");
+}
+
+#[test]
+fn a_solana_landing_is_settled_with_where_and_when_it_was_read() {
+    let op = solana_op("", 1);
+    let landed = Evidence::Solana(vec![solana_view(
+        100,
+        vec![status(Commitment::Finalized, None)],
+    )]);
+    let action = decide(&op, &landed, at(10), &rules());
+    let s = settled(&action);
+    let evidence = s.evidence.as_ref().unwrap();
+    assert_eq!(
+        (
+            evidence.endpoint.as_str(),
+            evidence.tx_id.as_str(),
+            evidence.block_number,
+            evidence.head,
+            evidence.commitment.as_str()
+        ),
+        ("http://sol:1", "Sig1", 77, 100, "finalized")
+    );
+    assert_eq!(evidence.read_time, Some(at(10).into()));
+}
+
+#[test]
+fn a_durable_nonce_operation_cancelled_before_its_send_is_not_settled_unsent() {
+    // Its nonce value does not expire: only advancing the nonce proves nothing can land.
+    let mut op = solana_op("NonceAcct", 1);
+    op.state = pb::OperationState::Signed.into();
+    op.attempts[0].send_time = None;
+    op.attempts[0].sends = 0;
+    op.cancel_requested = true;
+    assert!(!matches!(
+        decide(&op, &Evidence::None, at(1), &rules()),
+        Action::Settle(_)
+    ));
+    let mut blockhash = solana_op("", 1);
+    blockhash.state = pb::OperationState::Signed.into();
+    blockhash.attempts[0].send_time = None;
+    blockhash.attempts[0].sends = 0;
+    blockhash.cancel_requested = true;
+    let action = decide(&blockhash, &Evidence::None, at(1), &rules());
+    assert_eq!(settled(&action).state, OperationState::Cancelled);
+}
+
+#[test]
+fn recorded_outcomes_and_settlements_are_what_they_say() {
+    let mut op = evm_op(vec![attempt(
+        1,
+        AttemptReason::Initial,
+        pb::AttemptOutcome::Pending,
+        false,
+        0,
+    )]);
+    op.error = Some(pb::OperationError {
+        reason: reasons::SEND_REJECTED.into(),
+        message: "nonce too low".into(),
+    });
+    record::record_outcome(&mut op, 1, "http://a:1", &SendOutcome::Accepted, at(1));
+    assert_eq!(op.attempts[0].outcome(), pb::AttemptOutcome::Accepted);
+    assert!(op.attempts[0].may_land);
+    assert_eq!(op.error, None, "its own transaction is in play again");
+    record::record_outcome(&mut op, 1, "http://a:1", &SendOutcome::Unknown, at(2));
+    assert_eq!(op.attempts[0].outcome(), pb::AttemptOutcome::Unknown);
+    // A self-transfer's acceptance keeps the reason the operation's own transaction failed.
+    op.attempts.push(attempt(
+        2,
+        AttemptReason::GapFill,
+        pb::AttemptOutcome::Pending,
+        false,
+        3,
+    ));
+    op.error = Some(pb::OperationError {
+        reason: reasons::SEND_REJECTED.into(),
+        message: "insufficient funds".into(),
+    });
+    record::record_outcome(&mut op, 2, "http://a:1", &SendOutcome::Accepted, at(4));
+    assert_eq!(op.error.as_ref().unwrap().reason, reasons::SEND_REJECTED);
+
+    let settlement = Settlement {
+        state: OperationState::Rejected,
+        result: None,
+        error: Some(pb::OperationError {
+            reason: reasons::NEVER_APPLIED.into(),
+            message: "gap filled".into(),
+        }),
+        evidence: Some(pb::Evidence {
+            endpoint: "http://a:1".into(),
+            ..Default::default()
+        }),
+    };
+    record::settle(&mut op, &settlement);
+    assert_eq!(op.state(), pb::OperationState::Rejected);
+    assert_eq!(op.error, settlement.error);
+    assert_eq!(op.evidence, settlement.evidence);
+}
+
+#[test]
+fn names_in_logs_and_metrics_are_stable() {
+    for (action, name) in [
+        (Action::Wait(Why::Terminal), "wait"),
+        (Action::ReadMore(Why::Unread), "read_more"),
+        (Action::Sign, "sign"),
+        (Action::Send(1), "send"),
+        (Action::Replace(Replacement::Cancel), "replace"),
+    ] {
+        assert_eq!(action.name(), name);
+    }
+    assert_eq!(Why::Unread.to_string(), "no endpoint read");
+    for commitment in [
+        Commitment::Processed,
+        Commitment::Confirmed,
+        Commitment::Finalized,
+    ] {
+        assert_eq!(Commitment::parse(commitment.as_str()), commitment);
+        assert_eq!(commitment.to_string(), commitment.as_str());
+    }
+    assert_eq!(Commitment::Finalized.as_str(), "finalized");
+    assert_eq!(Commitment::parse("anything else"), Commitment::Processed);
+    assert_eq!(Evidence::None.endpoints_read(), 0);
+    assert_eq!(
+        evm(vec![
+            view("http://a:1", 1, None, None),
+            view("http://b:1", 1, None, None)
+        ])
+        .endpoints_read(),
+        2
+    );
+    assert_eq!(
+        Evidence::Solana(vec![solana_view(1, vec![])]).endpoints_read(),
+        1
+    );
 }

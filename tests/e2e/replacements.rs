@@ -664,3 +664,89 @@ async fn fees_stay_under_the_cap_and_a_bump_it_leaves_no_room_for_is_never_signe
     let to: Address = recipient(0).parse().unwrap();
     assert_eq!(node.balance(to).await.unwrap(), U256::from(7_000u64));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancels_racing_with_signing_and_sending_leave_one_effect_or_none() {
+    // Each cancel is sent a few milliseconds after its submit, while the broadcaster signs and
+    // sends: some land before signing (nothing signed), some after (an on-chain cancel races
+    // the transfer), some too late (the transfer stands). Whatever the interleaving, each
+    // operation ends with its transfer paid once or not at all, as its state says.
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        block_time: Some(1),
+        ..Default::default()
+    })
+    .await;
+    let client = stack.client().await;
+    let count = 40u64;
+    let ids: Vec<String> = (0..count).map(|i| format!("raced-{i:02}")).collect();
+    let races = ids.iter().enumerate().map(|(i, id)| {
+        let mut client = client.clone();
+        let id = id.clone();
+        async move {
+            client
+                .submit_operation(transfer(&id, DEV[0], &recipient(0), 1_000 + i as u64))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis((i as u64 % 8) * 40)).await;
+            client
+                .cancel_operation(pb::CancelOperationRequest { op_id: id })
+                .await
+                .map(|_| ())
+                .or_else(|status| match status.code() {
+                    // Confirmed before the cancel arrived: too late, which is fine.
+                    tonic::Code::FailedPrecondition => Ok(()),
+                    _ => Err(status),
+                })
+                .unwrap();
+        }
+    });
+    futures::future::join_all(races).await;
+    let done = wait_terminal(&stack, &ids, Duration::from_secs(120)).await;
+    let mut paid = U256::ZERO;
+    let mut transactions = 0u64;
+    let mut outcomes = std::collections::BTreeMap::<&str, usize>::new();
+    for (i, id) in ids.iter().enumerate() {
+        let op = &done[id];
+        let kind = match op.state() {
+            pb::OperationState::Confirmed => {
+                let result = op.result.as_ref().unwrap();
+                // The transfer itself, not a cancel, landed.
+                let landed = op
+                    .attempts
+                    .iter()
+                    .find(|a| a.tx_id == result.tx_id)
+                    .unwrap();
+                assert_ne!(landed.reason, "cancel", "{op:?}");
+                paid += U256::from(1_000 + i as u64);
+                transactions += 1;
+                "confirmed"
+            }
+            pb::OperationState::Cancelled if op.attempts.is_empty() => "cancelled unsigned",
+            pb::OperationState::Cancelled => {
+                // Its cancel took the nonce on chain.
+                transactions += 1;
+                "cancelled on chain"
+            }
+            other => panic!("{id} ended {other:?}: {op:?}"),
+        };
+        *outcomes.entry(kind).or_default() += 1;
+    }
+    println!("{outcomes:?}");
+    let node = node(&stack).await;
+    let to: Address = recipient(0).parse().unwrap();
+    assert_eq!(
+        node.balance(to).await.unwrap(),
+        paid,
+        "exactly the confirmed transfers were paid"
+    );
+    assert_eq!(
+        node.nonce(DEV[0].parse().unwrap()).await.unwrap(),
+        transactions,
+        "one transaction per confirmed transfer or landed cancel, nothing more"
+    );
+    assert!(
+        outcomes.len() >= 2,
+        "the race never went both ways: {outcomes:?}"
+    );
+}

@@ -166,3 +166,68 @@ async fn the_operator_cli_inspects_watches_audits_reconciles_and_cancels() {
         .unwrap();
     assert_eq!(stored.state(), pb::OperationState::Cancelled);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reconcile_tells_a_store_that_lies_and_an_operation_still_in_flight() {
+    let mut stack = Stack::start(StackOptions {
+        accounts: 2,
+        ..Default::default()
+    })
+    .await;
+    let mut client = stack.client().await;
+    client
+        .submit_operation(transfer("truth", DEV[0], &recipient(0), 10_000))
+        .await
+        .unwrap();
+    wait_terminal(&stack, &["truth".into()], Duration::from_secs(60)).await;
+
+    // A store writer rewrites the confirmed operation as REJECTED ("never applied": its caller
+    // would pay again). Reconcile reads the chain and says so.
+    let store = sigcast_store::Store::open(&sigcast_store::StoreConfig::sqlite(
+        stack.dir.path().join("sigcast.db"),
+    ))
+    .unwrap();
+    let root = store.root().clone();
+    store
+        .run(|tx| {
+            let key = root.pack(&("op", "truth"));
+            let raw = tx.get(&key)?.unwrap();
+            let mut op = <pb::Operation as prost::Message>::decode(raw.as_slice()).unwrap();
+            op.set_state(pb::OperationState::Rejected);
+            tx.set(&key, &prost::Message::encode_to_vec(&op))
+        })
+        .unwrap();
+    let report = json(&stack, &["reconcile", "truth", "--rpc", &stack.anvil.url]);
+    let verdict = report["verdict"].as_str().unwrap();
+    assert!(
+        verdict.starts_with("DISAGREES: the store says REJECTED, the chain shows Confirmed"),
+        "{report}"
+    );
+
+    // An operation signed and never sent (its broadcaster gone): nothing on chain to settle
+    // it, and reconcile says what comes next rather than a verdict.
+    stack.broadcasters[0].kill9();
+    client
+        .submit_operation(transfer("pending", DEV[1], &recipient(1), 20_000))
+        .await
+        .unwrap();
+    let mut signer = sigcast_e2e::signer_client(&stack.signer_socket(0))
+        .await
+        .unwrap();
+    signer
+        .sign_operation(sigcast_proto::sigcast::signer::v1::SignOperationRequest {
+            op_id: "pending".into(),
+            purpose: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let report = json(&stack, &["reconcile", "pending", "--rpc", &stack.anvil.url]);
+    let verdict = report["verdict"].as_str().unwrap();
+    assert!(
+        verdict.starts_with("SIGNED:")
+            && !verdict.contains("agrees")
+            && !verdict.contains("DISAGREES"),
+        "{report}"
+    );
+}

@@ -565,29 +565,18 @@ pub fn sign_initial_evm(
     let chain_key = stored.chain.clone();
     let account = stored.account.clone();
     if let Some(policy) = r.policy.as_ref().filter(|p| p.window_secs > 0) {
-        let now_ms = unix_millis(r.now);
-        let since =
-            now_ms - i64::try_from(policy.window_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
-        let spent = accounts::spent_since(tx, &r.root, &chain_key, &account, since)?
-            .iter()
-            .fold(U256::ZERO, |sum, v| {
-                sum.saturating_add(U256::from_be_slice(v))
-            });
-        if let Err(rule) = check_window(policy, "wei", spent, r.value) {
-            return Ok(Err(Error::PolicyDenied {
-                op_id: r.op_id.clone(),
-                rule,
-            }));
+        let spend = WindowSpend {
+            root: &r.root,
+            chain: &chain_key,
+            account: &account,
+            op_id: &r.op_id,
+            unit: "wei",
+            value: r.value,
+            now: r.now,
+        };
+        if let Err(refusal) = spend.record(tx, policy)? {
+            return Ok(Err(refusal));
         }
-        accounts::record_spend(
-            tx,
-            &r.root,
-            &chain_key,
-            &account,
-            now_ms,
-            &r.op_id,
-            &r.value.to_be_bytes::<32>(),
-        )?;
     }
     let allocation =
         match accounts::allocate_nonce(tx, &r.root, &chain_key, &account, &r.op_id, r.chain_nonce)?
@@ -975,6 +964,53 @@ impl Signing<'_> {
             &audit.encode_to_vec(),
         )?;
         Ok(Ok(signed))
+    }
+}
+
+/// One operation's spend against its key's rolling window, inside its signing transaction.
+pub(crate) struct WindowSpend<'a> {
+    pub(crate) root: &'a sigcast_store::tuple::Subspace,
+    pub(crate) chain: &'a str,
+    pub(crate) account: &'a str,
+    pub(crate) op_id: &'a str,
+    /// "wei" or "lamports".
+    pub(crate) unit: &'a str,
+    pub(crate) value: U256,
+    pub(crate) now: SystemTime,
+}
+
+impl WindowSpend<'_> {
+    /// Refuses the spend if it would take the window over the policy's limit; records it
+    /// otherwise (a refusal after this must roll the transaction back).
+    pub(crate) fn record(
+        &self,
+        tx: &mut dyn sigcast_store::KvTransaction,
+        policy: &KeyPolicy,
+    ) -> sigcast_store::Result<Result<()>> {
+        let now_ms = unix_millis(self.now);
+        let since =
+            now_ms - i64::try_from(policy.window_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let spent = accounts::spent_since(tx, self.root, self.chain, self.account, since)?
+            .iter()
+            .fold(U256::ZERO, |sum, v| {
+                sum.saturating_add(U256::from_be_slice(v))
+            });
+        if let Err(rule) = check_window(policy, self.unit, spent, self.value) {
+            return Ok(Err(Error::PolicyDenied {
+                op_id: self.op_id.to_owned(),
+                rule,
+            }));
+        }
+        accounts::record_spend(
+            tx,
+            self.root,
+            self.chain,
+            self.account,
+            now_ms,
+            self.op_id,
+            &self.value.to_be_bytes::<32>(),
+        )?;
+        Ok(Ok(()))
     }
 }
 

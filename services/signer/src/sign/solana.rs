@@ -6,7 +6,7 @@
 //! valid block height (blockhash), or the nonce account advanced past the value they carry
 //! (durable nonce), and in both cases no status for any of their signatures.
 
-use super::{Signed, Signer, already_signed, check_window, unix_millis};
+use super::{Signed, Signer, already_signed, unix_millis};
 use crate::error::{Error, Result};
 use prost::Message;
 use sigcast_domain::Intent;
@@ -444,30 +444,18 @@ impl Signer {
                     }));
                 }
                 if let Some((policy, lamports)) = &window {
-                    let now_ms = unix_millis(now);
-                    let since = now_ms
-                        - i64::try_from(policy.window_secs.saturating_mul(1000))
-                            .unwrap_or(i64::MAX);
-                    let spent = accounts::spent_since(tx, &root, &chain, &stored.account, since)?
-                        .iter()
-                        .fold(U256::ZERO, |sum, v| {
-                            sum.saturating_add(U256::from_be_slice(v))
-                        });
-                    if let Err(rule) = check_window(policy, "lamports", spent, *lamports) {
-                        return Ok(Err(Error::PolicyDenied {
-                            op_id: id.clone(),
-                            rule,
-                        }));
+                    let spend = super::WindowSpend {
+                        root: &root,
+                        chain: &chain,
+                        account: &stored.account,
+                        op_id: &id,
+                        unit: "lamports",
+                        value: *lamports,
+                        now,
+                    };
+                    if let Err(refusal) = spend.record(tx, policy)? {
+                        return Ok(Err(refusal));
                     }
-                    accounts::record_spend(
-                        tx,
-                        &root,
-                        &chain,
-                        &stored.account,
-                        now_ms,
-                        &id,
-                        &lamports.to_be_bytes::<32>(),
-                    )?;
                 }
                 // DO NOT TURN THIS OFF: a nonce account's value is signed over by one operation
                 // at a time; another may take it only once its holder is terminal.

@@ -28,6 +28,18 @@ fn run(command: &mut Command) -> String {
     stdout
 }
 
+/// Python stubs generated from proto/ (the one definition of every message), for PYTHONPATH.
+fn python_stubs() -> tempfile::TempDir {
+    let stubs = tempfile::tempdir().unwrap();
+    run(Command::new("python3")
+        .current_dir(repo())
+        .args(["-m", "grpc_tools.protoc", "-I", "proto"])
+        .arg(format!("--python_out={}", stubs.path().display()))
+        .arg(format!("--grpc_python_out={}", stubs.path().display()))
+        .arg("proto/sigcast/v1/operation.proto"));
+    stubs
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_python_and_node_examples_submit_replay_and_watch_to_confirmed() {
     let stack = Stack::start(StackOptions {
@@ -37,13 +49,7 @@ async fn the_python_and_node_examples_submit_replay_and_watch_to_confirmed() {
     .await;
     let address = stack.gateway.addr.to_string();
 
-    let stubs = tempfile::tempdir().unwrap();
-    run(Command::new("python3")
-        .current_dir(repo())
-        .args(["-m", "grpc_tools.protoc", "-I", "proto"])
-        .arg(format!("--python_out={}", stubs.path().display()))
-        .arg(format!("--grpc_python_out={}", stubs.path().display()))
-        .arg("proto/sigcast/v1/operation.proto"));
+    let stubs = python_stubs();
     let python = run(Command::new("python3")
         .arg(repo().join("clients/python/example.py"))
         .args([address.as_str(), "py-example-1", FROM, TO, "1000"])
@@ -88,13 +94,7 @@ async fn the_python_and_node_examples_connect_with_mutual_tls_as_their_caller() 
         ]
     };
 
-    let stubs = tempfile::tempdir().unwrap();
-    run(Command::new("python3")
-        .current_dir(repo())
-        .args(["-m", "grpc_tools.protoc", "-I", "proto"])
-        .arg(format!("--python_out={}", stubs.path().display()))
-        .arg(format!("--grpc_python_out={}", stubs.path().display()))
-        .arg("proto/sigcast/v1/operation.proto"));
+    let stubs = python_stubs();
     let python = run(Command::new("python3")
         .arg(repo().join("clients/python/example.py"))
         .args([address.as_str(), "py-mtls-1", FROM, TO, "1000"])

@@ -19,6 +19,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("sigcast_descriptor.bin");
     tonic_prost_build::configure()
         .file_descriptor_set_path(&descriptors)
+        // A request that is not a valid encoding is the caller's fault: see `codec`.
+        .codec_path("crate::codec::ProtoCodec")
         .compile_protos(&files, &[root])?;
     Ok(())
 }

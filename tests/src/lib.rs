@@ -176,6 +176,13 @@ impl Service {
         self.child.as_ref().map_or(0, Child::id)
     }
 
+    /// Whether the process is still running (it has not exited, crashed or been stopped).
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
     /// `kill -9`: no shutdown, no cleanup.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -4,6 +4,7 @@
 //! Nothing here hand-copies a message. Parsing a request into domain values is where every
 //! field is validated, so every service rejects the same input with the same field names.
 
+pub mod codec;
 mod convert;
 mod unix;
 

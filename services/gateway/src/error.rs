@@ -10,7 +10,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The request broke one or more field rules.
-    #[error("invalid request: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    #[error("invalid request: {}", described(.0))]
     InvalidArgument(Vec<FieldViolation>),
     /// The op_id is taken by another intent.
     #[error(
@@ -70,6 +70,40 @@ impl Error {
     }
 }
 
+/// Violations a status describes. A status travels in HTTP/2 trailers, which clients cap
+/// (8 KiB in grpc-go and grpc-java, 16 KiB in hyper): a request with hundreds of broken
+/// fields once drew a refusal no client could read, and the connection was torn down with it.
+/// A caller fixes the first ones and sends again.
+const MAX_VIOLATIONS_SHOWN: usize = 8;
+
+/// The longest rule text a violation carries, in bytes.
+const MAX_RULE_BYTES: usize = 160;
+
+fn described(violations: &[FieldViolation]) -> String {
+    let mut text = violations
+        .iter()
+        .take(MAX_VIOLATIONS_SHOWN)
+        .map(|v| format!("{}: {}", v.field, clipped(&v.rule.0)))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if violations.len() > MAX_VIOLATIONS_SHOWN {
+        let more = violations.len() - MAX_VIOLATIONS_SHOWN;
+        text.push_str(&format!("; and {more} more"));
+    }
+    text
+}
+
+fn clipped(text: &str) -> String {
+    if text.len() <= MAX_RULE_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MAX_RULE_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
 /// Result of gateway calls.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -81,7 +115,8 @@ impl From<Error> for Status {
                 let details = ErrorDetails::with_bad_request(
                     violations
                         .into_iter()
-                        .map(|v| tonic_types::FieldViolation::new(v.field, v.rule.0))
+                        .take(MAX_VIOLATIONS_SHOWN)
+                        .map(|v| tonic_types::FieldViolation::new(v.field, clipped(&v.rule.0)))
                         .collect::<Vec<_>>(),
                 );
                 Status::with_error_details(Code::InvalidArgument, message, details)
@@ -147,4 +182,38 @@ fn store_status(error: sigcast_store::Error) -> Status {
 /// The name of a state as the API spells it, for messages.
 pub(crate) fn state_name(op: &pb::Operation) -> String {
     op.state().as_str_name().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_of_hundreds_of_fields_fits_in_the_trailers_clients_accept() {
+        let violations = (0..500)
+            .map(|i| FieldViolation {
+                field: format!("intent.solana_instructions.instructions[{i}].program_id"),
+                rule: sigcast_domain::Rule("x".repeat(10_000)),
+            })
+            .collect();
+        let status = Status::from(Error::InvalidArgument(violations));
+        // The details repeat the message; base64 in grpc-status-details-bin.
+        let details = status.details().len() * 4 / 3;
+        assert!(
+            status.message().len() + details < 8 * 1024,
+            "{} + {details} bytes",
+            status.message().len()
+        );
+        assert!(
+            status.message().ends_with("; and 492 more"),
+            "{}",
+            status.message()
+        );
+        let shown = status.get_details_bad_request().unwrap().field_violations;
+        assert_eq!(shown.len(), MAX_VIOLATIONS_SHOWN);
+        assert_eq!(
+            shown[0].field,
+            "intent.solana_instructions.instructions[0].program_id"
+        );
+    }
 }

@@ -3,7 +3,7 @@
 use alloy_primitives::{Address, B256};
 use serde_json::{Value, json};
 use sigcast_jsonrpc::Result;
-use sigcast_jsonrpc::{RpcError, RpcPool, SendAttempt, quantity, quantity_u128, unexpected};
+use sigcast_jsonrpc::{RpcError, RpcPool, SendAttempt, quantity, quantity_u128};
 use std::time::Duration;
 
 /// A transaction receipt, as far as sigcast needs it.
@@ -57,8 +57,7 @@ impl EvmRpc {
 
     /// `eth_chainId`.
     pub async fn chain_id(&self) -> Result<u64> {
-        let value = self.read("eth_chainId", json!([])).await?;
-        quantity(&value).ok_or_else(|| unexpected("eth_chainId", &value))
+        self.read_as("eth_chainId", json!([]), as_u64).await
     }
 
     /// `eth_chainId` as one endpoint answers it.
@@ -72,19 +71,17 @@ impl EvmRpc {
 
     /// `eth_blockNumber`.
     pub async fn block_number(&self) -> Result<u64> {
-        let value = self.read("eth_blockNumber", json!([])).await?;
-        quantity(&value).ok_or_else(|| unexpected("eth_blockNumber", &value))
+        self.read_as("eth_blockNumber", json!([]), as_u64).await
     }
 
     /// The account's nonce at the latest block: how many of its transactions are included.
     pub async fn nonce(&self, address: Address) -> Result<u64> {
-        let value = self
-            .read(
-                "eth_getTransactionCount",
-                json!([address.to_string(), "latest"]),
-            )
-            .await?;
-        quantity(&value).ok_or_else(|| unexpected("eth_getTransactionCount", &value))
+        self.read_as(
+            "eth_getTransactionCount",
+            json!([address.to_string(), "latest"]),
+            as_u64,
+        )
+        .await
     }
 
     /// The receipt of `hash`, if the answering endpoint has one.
@@ -97,15 +94,19 @@ impl EvmRpc {
 
     /// Balance in wei, as a decimal string.
     pub async fn balance(&self, address: Address) -> Result<alloy_primitives::U256> {
-        let value = self
-            .read("eth_getBalance", json!([address.to_string(), "latest"]))
-            .await?;
-        value
-            .as_str()
-            .and_then(|s| {
-                alloy_primitives::U256::from_str_radix(s.trim_start_matches("0x"), 16).ok()
-            })
-            .ok_or_else(|| unexpected("eth_getBalance", &value))
+        self.read_as(
+            "eth_getBalance",
+            json!([address.to_string(), "latest"]),
+            |value| {
+                value
+                    .as_str()
+                    .and_then(|s| {
+                        alloy_primitives::U256::from_str_radix(s.strip_prefix("0x")?, 16).ok()
+                    })
+                    .ok_or(value)
+            },
+        )
+        .await
     }
 
     /// Current EIP-1559 fees: twice the latest base fee plus the node's suggested tip, so the
@@ -127,8 +128,8 @@ impl EvmRpc {
 
     /// `eth_gasPrice`, for legacy transactions.
     pub async fn gas_price(&self) -> Result<u128> {
-        let value = self.read("eth_gasPrice", json!([])).await?;
-        quantity_u128(&value).ok_or_else(|| unexpected("eth_gasPrice", &value))
+        self.read_as("eth_gasPrice", json!([]), |v| quantity_u128(&v).ok_or(v))
+            .await
     }
 
     /// `eth_estimateGas` for a call.
@@ -144,9 +145,13 @@ impl EvmRpc {
             "from": from.to_string(), "to": to.to_string(),
             "value": format!("0x{value:x}"), "data": format!("0x{}", hex_lower(data)),
         });
-        let estimate = self.read("eth_estimateGas", json!([call])).await?;
-        quantity(&estimate).ok_or_else(|| unexpected("eth_estimateGas", &estimate))
+        self.read_as("eth_estimateGas", json!([call]), as_u64).await
     }
+}
+
+/// A quantity answer as u64; anything else is the endpoint's fault (see `RpcPool::read_as`).
+fn as_u64(value: Value) -> std::result::Result<u64, Value> {
+    quantity(&value).ok_or(value)
 }
 
 fn hex_lower(bytes: &[u8]) -> String {

@@ -6,9 +6,11 @@
 
 mod endpoint;
 mod error;
+#[cfg(test)]
+mod hostile_tests;
 mod pool;
 
 pub use endpoint::{Endpoint, PassCache, PoolEndpoint};
 pub use error::{Error, Result, RpcError};
-pub use pool::{RpcPool, SendAttempt, quantity, quantity_u128, unexpected};
+pub use pool::{MAX_RESPONSE_BYTES, RpcPool, SendAttempt, quantity, quantity_u128, unexpected};
 pub use sigcast_telemetry::metrics::endpoint_label;

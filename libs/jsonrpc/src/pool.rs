@@ -23,6 +23,13 @@ const MIN_HEDGE: Duration = Duration::from_millis(20);
 const MAX_HEDGE: Duration = Duration::from_millis(1_000);
 /// Hedge delay for an endpoint with no latency measured yet.
 const FIRST_HEDGE: Duration = Duration::from_millis(150);
+/// The largest answer read from an endpoint. The biggest sigcast asks for is a block with its
+/// transactions (a few MiB on the busiest chains); anything larger is a broken or hostile
+/// endpoint, and is cut off before it is held in memory.
+pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+/// The most of an endpoint's text (an error message, a value it answered) that an error,
+/// and so a log line or a stored record, carries.
+const MAX_QUOTED_BYTES: usize = 256;
 
 #[derive(Debug)]
 struct Health {
@@ -159,9 +166,27 @@ impl RpcPool {
         method: &str,
         params: &Value,
     ) -> Result<Value, RpcError> {
+        self.call_as(index, method, params, Ok).await
+    }
+
+    /// One request to endpoint `index`, its answer read by `parse`. An answer that is not
+    /// what `method` returns (`parse` fails) counts against the endpoint like no answer: a
+    /// node that answers nonsense is as broken as one that does not answer.
+    async fn call_as<T>(
+        &self,
+        index: usize,
+        method: &str,
+        params: &Value,
+        parse: impl FnOnce(Value) -> Result<T, Value>,
+    ) -> Result<T, RpcError> {
         let endpoint = &self.endpoints[index];
         let started = Instant::now();
-        let result = self.post(endpoint, method, params).await;
+        let result = self.post(endpoint, method, params).await.and_then(|value| {
+            parse(value).map_err(|value| RpcError::Malformed {
+                endpoint: endpoint.label.clone(),
+                message: format!("{method} answered {}", quoted(&value.to_string())),
+            })
+        });
         let elapsed = started.elapsed();
         let answered = result.is_ok() || matches!(result, Err(RpcError::Node { .. }));
         endpoint.record(elapsed, answered);
@@ -173,6 +198,7 @@ impl RpcPool {
         let outcome = match &result {
             Ok(_) => "ok",
             Err(RpcError::Node { .. }) => "node_error",
+            Err(RpcError::Malformed { .. }) => "malformed",
             Err(_) => "failed",
         };
         metrics::inc(
@@ -192,7 +218,7 @@ impl RpcPool {
         let (url, label) = (endpoint.url.as_str(), endpoint.label.as_str());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-        let response = self
+        let mut response = self
             .http
             .post(url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -212,36 +238,80 @@ impl RpcPool {
                 status: status.as_u16(),
             });
         }
-        let bytes = response.bytes().await.map_err(|e| RpcError::Transport {
-            endpoint: label.to_owned(),
-            message: e.without_url().to_string(),
-            maybe_delivered: true,
-        })?;
         let malformed = |message: String| RpcError::Malformed {
             endpoint: label.to_owned(),
             message,
         };
-        let mut reply: Value =
-            serde_json::from_slice(&bytes).map_err(|e| malformed(e.to_string()))?;
-        if let Some(error) = reply.get("error") {
-            return Err(RpcError::Node {
-                endpoint: label.to_owned(),
-                code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
-                message: error
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
-            });
+        let too_large = || malformed(format!("an answer over {MAX_RESPONSE_BYTES} bytes"));
+        if response
+            .content_length()
+            .is_some_and(|n| n > MAX_RESPONSE_BYTES as u64)
+        {
+            return Err(too_large());
         }
-        match reply.get_mut("result") {
-            Some(result) => Ok(result.take()),
+        // Read piece by piece, so an endless answer is cut off at the limit (and a trickling
+        // one by the client's timeout, which covers the body).
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| RpcError::Transport {
+            endpoint: label.to_owned(),
+            message: e.without_url().to_string(),
+            maybe_delivered: true,
+        })? {
+            if bytes.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                return Err(too_large());
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        let reply: Value =
+            serde_json::from_slice(&bytes).map_err(|e| malformed(format!("not JSON: {e}")))?;
+        let Value::Object(mut reply) = reply else {
+            return Err(malformed(format!(
+                "not a JSON-RPC response object: {}",
+                quoted(&reply.to_string())
+            )));
+        };
+        // An answer to another request (a confused proxy, a shared connection) says nothing
+        // about this one.
+        if reply.get("id") != Some(&Value::from(id)) {
+            return Err(malformed(format!(
+                "the answer to request {id} carries id {}",
+                quoted(&reply.get("id").map(Value::to_string).unwrap_or_default())
+            )));
+        }
+        if let Some(error) = reply.get("error") {
+            let code = error.get("code").and_then(Value::as_i64);
+            let message = error.get("message").and_then(Value::as_str);
+            return match (code, message) {
+                (Some(code), Some(message)) => Err(RpcError::Node {
+                    endpoint: label.to_owned(),
+                    code,
+                    message: quoted(message),
+                }),
+                _ => Err(malformed(format!(
+                    "an error that is not a JSON-RPC error object: {}",
+                    quoted(&error.to_string())
+                ))),
+            };
+        }
+        match reply.remove("result") {
+            Some(result) => Ok(result),
             None => Err(malformed("no result and no error".into())),
         }
     }
 
     /// A hedged read: the first good answer of the ranked endpoints.
     pub async fn read(&self, method: &'static str, params: Value) -> Result<Value> {
+        self.read_as(method, params, Ok).await
+    }
+
+    /// A hedged read whose answer `parse` must accept: the first answer it accepts wins; one
+    /// it refuses counts against its endpoint, and the read goes on to the next.
+    pub async fn read_as<T>(
+        &self,
+        method: &'static str,
+        params: Value,
+        parse: impl Fn(Value) -> Result<T, Value> + Copy,
+    ) -> Result<T> {
         let order = self.ranked();
         let mut in_flight = FuturesUnordered::new();
         let mut errors = Vec::new();
@@ -249,7 +319,7 @@ impl RpcPool {
         let launch = |n: usize| {
             let index = order[n];
             let params = &params;
-            async move { (n, self.call(index, method, params).await) }
+            async move { (n, self.call_as(index, method, params, parse).await) }
         };
         // Which launches were hedges (fired on a timer, not after a failure).
         let mut hedged = Vec::new();
@@ -329,6 +399,18 @@ impl RpcPool {
     }
 }
 
+/// At most [`MAX_QUOTED_BYTES`] of an endpoint's text, cut at a character boundary.
+fn quoted(text: &str) -> String {
+    if text.len() <= MAX_QUOTED_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MAX_QUOTED_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..end], text.len())
+}
+
 /// A JSON-RPC quantity ("0x1a") as u64.
 pub fn quantity(value: &Value) -> Option<u64> {
     u64::from_str_radix(value.as_str()?.strip_prefix("0x")?, 16).ok()
@@ -343,7 +425,7 @@ pub fn quantity_u128(value: &Value) -> Option<u128> {
 pub fn unexpected(method: &'static str, value: &Value) -> Error {
     Error::Unexpected {
         method,
-        value: value.to_string(),
+        value: quoted(&value.to_string()),
     }
 }
 
@@ -381,11 +463,16 @@ mod tests {
                         if !seen.windows(4).any(|w| w == b"\r\n\r\n") || !seen.ends_with(b"}") {
                             continue;
                         }
+                        let split = seen.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+                        let id = serde_json::from_slice::<Value>(&seen[split + 4..])
+                            .ok()
+                            .and_then(|request| request.get("id").cloned())
+                            .unwrap_or_default();
                         seen.clear();
                         requests.fetch_add(1, Ordering::Relaxed);
                         let delay = delay_ms.load(Ordering::Relaxed);
                         tokio::time::sleep(Duration::from_millis(delay)).await;
-                        let body = r#"{"jsonrpc":"2.0","id":1,"result":"0x1"}"#;
+                        let body = json!({"jsonrpc": "2.0", "id": id, "result": "0x1"}).to_string();
                         let reply = format!(
                             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
                             body.len()

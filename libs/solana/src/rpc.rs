@@ -3,7 +3,7 @@
 
 use base64::Engine;
 use serde_json::{Value, json};
-use sigcast_jsonrpc::{Result, RpcError, RpcPool, SendAttempt, unexpected};
+use sigcast_jsonrpc::{Result, RpcError, RpcPool, SendAttempt};
 use std::time::Duration;
 
 /// A recent blockhash as read.
@@ -93,38 +93,49 @@ impl SolanaRpc {
     /// The latest blockhash at `confirmed` commitment, its last valid block height, and the
     /// slot it was read at.
     pub async fn latest_blockhash(&self) -> Result<LatestBlockhash> {
-        let value = self
-            .read("getLatestBlockhash", json!([{ "commitment": "confirmed" }]))
-            .await?;
-        let hash = value["value"]["blockhash"]
-            .as_str()
-            .and_then(|h| bs58::decode(h).into_vec().ok())
-            .and_then(|b| <[u8; 32]>::try_from(b).ok());
-        let last_valid = value["value"]["lastValidBlockHeight"].as_u64();
-        let slot = value["context"]["slot"].as_u64();
-        match (hash, last_valid, slot) {
-            (Some(hash), Some(last_valid_block_height), Some(slot)) => Ok(LatestBlockhash {
-                hash,
-                last_valid_block_height,
-                slot,
-            }),
-            _ => Err(unexpected("getLatestBlockhash", &value)),
-        }
+        // An answer that is not one counts against its endpoint (see `RpcPool::read_as`).
+        self.read_as(
+            "getLatestBlockhash",
+            json!([{ "commitment": "confirmed" }]),
+            |value| {
+                let hash = value["value"]["blockhash"]
+                    .as_str()
+                    .and_then(|h| bs58::decode(h).into_vec().ok())
+                    .and_then(|b| <[u8; 32]>::try_from(b).ok());
+                let last_valid = value["value"]["lastValidBlockHeight"].as_u64();
+                let slot = value["context"]["slot"].as_u64();
+                match (hash, last_valid, slot) {
+                    (Some(hash), Some(last_valid_block_height), Some(slot)) => {
+                        Ok(LatestBlockhash {
+                            hash,
+                            last_valid_block_height,
+                            slot,
+                        })
+                    }
+                    _ => Err(value),
+                }
+            },
+        )
+        .await
     }
 
     /// The block height (hedged).
     pub async fn block_height(&self) -> Result<u64> {
-        let value = self.read("getBlockHeight", json!([])).await?;
-        value
-            .as_u64()
-            .ok_or_else(|| unexpected("getBlockHeight", &value))
+        self.read_as("getBlockHeight", json!([]), |v| v.as_u64().ok_or(v))
+            .await
     }
 
     /// Statuses of `signatures` (base58), searching the whole history; `None` where unknown.
     pub async fn statuses(&self, signatures: &[String]) -> Result<Vec<Option<SignatureStatus>>> {
         let params = json!([signatures, { "searchTransactionHistory": true }]);
-        let value = self.read("getSignatureStatuses", params).await?;
-        parse_statuses(&value).ok_or_else(|| unexpected("getSignatureStatuses", &value))
+        // Exactly one entry per signature asked: a list of another length answers some other
+        // question, and an entry missing must not read as "unknown".
+        self.read_as("getSignatureStatuses", params, |value| {
+            parse_statuses(&value)
+                .filter(|statuses| statuses.len() == signatures.len())
+                .ok_or(value)
+        })
+        .await
     }
 
     /// A nonce account's state at `confirmed` (hedged): `None` if it is missing or not an
@@ -138,23 +149,26 @@ impl SolanaRpc {
         &self,
         account: &[u8; 32],
     ) -> Result<(Option<crate::NonceState>, u64)> {
-        let value = self.read("getAccountInfo", account_params(account)).await?;
-        let data =
-            parse_account_data(&value).ok_or_else(|| unexpected("getAccountInfo", &value))?;
-        let slot = value["context"]["slot"]
-            .as_u64()
-            .ok_or_else(|| unexpected("getAccountInfo", &value))?;
+        let (data, slot) = self
+            .read_as("getAccountInfo", account_params(account), |value| {
+                match (
+                    parse_account_data(&value),
+                    value["context"]["slot"].as_u64(),
+                ) {
+                    (Some(data), Some(slot)) => Ok((data, slot)),
+                    _ => Err(value),
+                }
+            })
+            .await?;
         Ok((data.as_deref().and_then(crate::parse_nonce_account), slot))
     }
 
     /// The balance an account of `size` bytes needs to be rent-exempt.
     pub async fn rent_exempt_minimum(&self, size: usize) -> Result<u64> {
-        let value = self
-            .read("getMinimumBalanceForRentExemption", json!([size]))
-            .await?;
-        value
-            .as_u64()
-            .ok_or_else(|| unexpected("getMinimumBalanceForRentExemption", &value))
+        self.read_as("getMinimumBalanceForRentExemption", json!([size]), |v| {
+            v.as_u64().ok_or(v)
+        })
+        .await
     }
 
     /// Sends a signed transaction to one endpoint, once, without the node's own retries.

@@ -2,12 +2,14 @@
 //! the evidence of an operation is read (one endpoint at a time, through a cache that lives
 //! for one pass).
 
+use serde_json::json;
 use sigcast_domain::Chain as ChainId;
 use sigcast_evm::{Address, B256, EvmRpc};
-use sigcast_jsonrpc::{PassCache, PoolEndpoint, RpcError};
+use sigcast_jsonrpc::{Endpoint, PassCache, PoolEndpoint, RpcError, quantity};
 use sigcast_proto::pb;
 use sigcast_protocol::{EvmView, SendOutcome, SolanaView};
 use sigcast_solana::SolanaRpc;
+use sigcast_telemetry::metrics;
 use std::collections::HashMap;
 
 /// One served chain's endpoints.
@@ -69,13 +71,39 @@ pub(crate) enum View {
     Solana(SolanaView),
 }
 
-/// Reads `op`'s evidence from `endpoint`; `None` if even its head could not be read.
-pub(crate) async fn read_view(
-    endpoint: &PassCache<PoolEndpoint<'_>>,
-    op: &pb::Operation,
-) -> Option<View> {
+/// Reads `op`'s evidence from `endpoint`; `None` if even its head could not be read, or if
+/// the endpoint does not serve the operation's chain.
+pub(crate) async fn read_view(endpoint: &impl Endpoint, op: &pb::Operation) -> Option<View> {
     match ChainId::parse(&op.chain).ok()? {
-        ChainId::Evm { .. } => {
+        ChainId::Evm { chain_id } => {
+            // Asked of this endpoint (once a pass, cached): the one checked at start may since
+            // serve another chain (a load balancer, a DNS name moved), and a nonce used there
+            // would read as ours used by someone else.
+            let served = endpoint.request("eth_chainId", json!([])).await;
+            match served.as_ref().ok().and_then(quantity) {
+                Some(served) if served == chain_id => {}
+                Some(served) => {
+                    tracing::warn!(
+                        endpoint = endpoint.label(),
+                        served,
+                        chain_id,
+                        "endpoint serves another chain; its answers are not evidence"
+                    );
+                    metrics::inc(
+                        &metrics::metrics().rpc_requests,
+                        &[
+                            ("endpoint", endpoint.label()),
+                            ("method", "eth_chainId"),
+                            ("result", "wrong_chain"),
+                        ],
+                    );
+                    return None;
+                }
+                None => {
+                    tracing::debug!(op.id = %op.op_id, endpoint = endpoint.label(), "chain id unreadable");
+                    return None;
+                }
+            }
             let nonce = sigcast_protocol::evm::nonce_of(op)?;
             let account: Address = op.account.parse().ok()?;
             let attempts: Vec<B256> = op
@@ -108,5 +136,68 @@ pub(crate) async fn read_view(
                     .await,
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+    use std::sync::Mutex;
+
+    /// An endpoint of chain `chain_id` at block 5, where the account's nonce is past 7: the
+    /// methods it was asked, in order.
+    struct Node {
+        chain_id: u64,
+        asked: Mutex<Vec<String>>,
+    }
+
+    impl Endpoint for Node {
+        fn label(&self) -> &str {
+            "http://node:8545"
+        }
+
+        async fn request(&self, method: &str, _params: Value) -> Result<Value, RpcError> {
+            self.asked.lock().unwrap().push(method.to_owned());
+            Ok(match method {
+                "eth_chainId" => json!(format!("0x{:x}", self.chain_id)),
+                "eth_getBlockByNumber" => json!({"number": "0x5", "hash": "0xb5"}),
+                "eth_getTransactionCount" => json!("0x9"),
+                _ => Value::Null,
+            })
+        }
+    }
+
+    fn op() -> pb::Operation {
+        pb::Operation {
+            op_id: "op-1".into(),
+            chain: "eip155:31337".into(),
+            account: "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266".into(),
+            signing: Some(pb::operation::Signing::Evm(pb::EvmSigning { nonce: 7 })),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_serving_another_chain_gives_no_evidence() {
+        let node = Node {
+            chain_id: 1,
+            asked: Mutex::default(),
+        };
+        assert!(read_view(&node, &op()).await.is_none());
+        assert_eq!(*node.asked.lock().unwrap(), ["eth_chainId"]);
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_serving_the_operation_s_chain_is_read() {
+        let node = Node {
+            chain_id: 31337,
+            asked: Mutex::default(),
+        };
+        let Some(View::Evm(view)) = read_view(&node, &op()).await else {
+            panic!("no view");
+        };
+        assert_eq!(view.head.number, 5);
+        assert_eq!(view.account_nonce, Some(9));
     }
 }

@@ -7,6 +7,7 @@ mod clients;
 mod direct;
 mod endpoints;
 mod evm;
+mod exhaustion;
 mod fuzz;
 mod gateway;
 mod keys;

@@ -5,6 +5,7 @@
 //! Nothing here knows a service's settings or does its work; it must never log a value it
 //! loads, since configurations name secrets' locations.
 
+pub mod accept;
 pub mod identity;
 pub mod tls;
 

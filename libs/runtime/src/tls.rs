@@ -37,8 +37,6 @@ fn default_reload_secs() -> u64 {
 
 /// How long a client may take to finish its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Pause after an accept error (out of file descriptors, say) instead of spinning on it.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Builds the rustls configuration from the files.
 fn load(tls: &TlsConfig) -> anyhow::Result<Arc<rustls::ServerConfig>> {
@@ -139,16 +137,10 @@ impl Reloading {
     ) -> impl Stream<Item = Result<TlsStream<TcpStream>, std::io::Error>> {
         let (sender, receiver) = tokio::sync::mpsc::channel(64);
         tokio::spawn(async move {
+            let mut backoff = crate::accept::Backoff::default();
             loop {
                 let (tcp, peer) = tokio::select! {
-                    accepted = listener.accept() => match accepted {
-                        Ok(accepted) => accepted,
-                        Err(error) => {
-                            tracing::warn!(%error, "accept failed; backing off");
-                            tokio::time::sleep(ACCEPT_BACKOFF).await;
-                            continue;
-                        }
-                    },
+                    accepted = crate::accept::accept(&listener, "tls", &mut backoff) => accepted,
                     () = sender.closed() => return,
                 };
                 // No Nagle: a response's frames would otherwise wait on the client's delayed

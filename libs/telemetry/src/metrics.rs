@@ -190,10 +190,10 @@ pub async fn serve(listener: TcpListener, shutdown: impl Future<Output = ()>) {
     use hyper::service::service_fn;
     use hyper::{Method, Request, Response, StatusCode};
     let accept = async {
+        let mut backoff = sigcast_runtime::accept::Backoff::default();
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
+            let (stream, _) =
+                sigcast_runtime::accept::accept(&listener, "metrics", &mut backoff).await;
             tokio::spawn(async move {
                 let service = service_fn(|request: Request<hyper::body::Incoming>| async move {
                     let response =

@@ -51,7 +51,7 @@ pub async fn run(
     tonic::transport::Server::builder()
         .add_service(health_service)
         .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            sigcast_runtime::accept::incoming(listener, "broadcaster health"),
             async move {
                 shutdown.await;
                 let _ = stop.send(true);

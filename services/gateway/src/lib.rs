@@ -155,7 +155,7 @@ async fn serve(
         None => {
             router
                 .serve_with_incoming_shutdown(
-                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                    sigcast_runtime::accept::incoming(listener, "gateway"),
                     stop,
                 )
                 .await?

@@ -89,25 +89,40 @@ fn async_stream(
     listener: UnixListener,
     allowed: Vec<u32>,
 ) -> impl Stream<Item = io::Result<AuthedStream>> {
-    futures::stream::unfold((listener, allowed), |(listener, allowed)| async move {
-        loop {
-            let (stream, _) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(e) => return Some((Err(e), (listener, allowed))),
-            };
-            let uid = match stream.peer_cred() {
-                Ok(cred) => cred.uid(),
-                Err(error) => {
-                    tracing::warn!(%error, "refused a caller whose credentials could not be read");
-                    continue;
+    let backoff = sigcast_runtime::accept::Backoff::default();
+    futures::stream::unfold(
+        (listener, allowed, backoff),
+        |(listener, allowed, mut backoff)| async move {
+            loop {
+                // Never an error to tonic, whose accept loop would retry it at once (see
+                // `sigcast_runtime::accept`).
+                let stream = match listener.accept().await {
+                    Ok((stream, _)) => {
+                        backoff.succeeded();
+                        stream
+                    }
+                    Err(error) => {
+                        backoff.failed("signer unix socket", &error).await;
+                        continue;
+                    }
+                };
+                let uid = match stream.peer_cred() {
+                    Ok(cred) => cred.uid(),
+                    Err(error) => {
+                        tracing::warn!(%error, "refused a caller whose credentials could not be read");
+                        continue;
+                    }
+                };
+                if allowed.contains(&uid) {
+                    return Some((
+                        Ok(AuthedStream { inner: stream, uid }),
+                        (listener, allowed, backoff),
+                    ));
                 }
-            };
-            if allowed.contains(&uid) {
-                return Some((Ok(AuthedStream { inner: stream, uid }), (listener, allowed)));
+                tracing::warn!(uid, allowed = ?allowed, "refused a caller: uid not allowed");
             }
-            tracing::warn!(uid, allowed = ?allowed, "refused a caller: uid not allowed");
-        }
-    })
+        },
+    )
 }
 
 /// The SHA-256 fingerprint (lowercase hex) of a DER certificate: the identity the allow-list

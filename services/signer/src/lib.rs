@@ -108,7 +108,7 @@ pub async fn run(
         plain.add_service(api.clone())
     };
     servers.push(tokio::spawn(plain.serve_with_incoming_shutdown(
-        tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+        sigcast_runtime::accept::incoming(listener, "signer"),
         until_stopped(),
     )));
     if let Some(path) = &config.unix_socket {

@@ -1,0 +1,136 @@
+//! Exhausted resources, on the real processes: out of file descriptors (the listeners back off
+//! instead of spinning, and serve again once descriptors are free).
+
+use sigcast_e2e::{GatewayProcess, free_addr};
+use sigcast_proto::pb;
+use sigcast_proto::sigcast::v1::operation_service_client::OperationServiceClient;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// CPU time (user + system) `pid` has used, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    let per_second: u64 = String::from_utf8(
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap();
+    ticks as f64 / per_second as f64
+}
+
+fn open_descriptors(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// Sets the soft limit on open files of `pid` (util-linux `prlimit`).
+fn limit_files(pid: u32, soft: u64) {
+    let status = Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), &format!("--nofile={soft}:")])
+        .status()
+        .expect("prlimit (util-linux)");
+    assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_out_of_file_descriptors_backs_off_and_serves_again() {
+    let metrics = free_addr();
+    let mut gateway = GatewayProcess::start(&format!("metrics_listen = \"{metrics}\"\n")).await;
+    let pid = gateway.service.pid();
+    // Serving before: one call, and the metrics endpoint.
+    let mut client = OperationServiceClient::connect(format!("http://{}", gateway.addr))
+        .await
+        .unwrap();
+    let get = pb::GetOperationRequest {
+        op_id: "nothing-here".into(),
+    };
+    assert_eq!(
+        client.get_operation(get.clone()).await.unwrap_err().code(),
+        tonic::Code::NotFound
+    );
+
+    // A few descriptors to spare, then more connections than that, to both listeners.
+    let soft_limit = std::fs::read_to_string(format!("/proc/{pid}/limits"))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3)?.parse::<u64>().ok())
+        .unwrap();
+    limit_files(pid, open_descriptors(pid) as u64 + 4);
+    let mut held = Vec::new();
+    for _ in 0..24 {
+        held.push(std::net::TcpStream::connect(gateway.addr).unwrap());
+        held.push(std::net::TcpStream::connect(metrics).unwrap());
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let log = gateway.log();
+    assert!(
+        log.contains("accept failed; backing off"),
+        "the listeners never ran out of descriptors:\n{log}"
+    );
+
+    // Connections wait in the kernel's queue; the listeners must not spin on them. A loop
+    // retrying at once burns a whole core (1 s of CPU a second); backing off, almost none.
+    let (cpu, wall) = (cpu_seconds(pid), Instant::now());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let share = (cpu_seconds(pid) - cpu) / wall.elapsed().as_secs_f64();
+    assert!(
+        share < 0.3,
+        "the gateway used {:.0}% of a core while out of descriptors",
+        share * 100.0
+    );
+    // The connection it already had is still served.
+    assert_eq!(
+        client.get_operation(get.clone()).await.unwrap_err().code(),
+        tonic::Code::NotFound
+    );
+
+    // Descriptors back: new connections are served, on both listeners.
+    drop(held);
+    limit_files(pid, soft_limit);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let fresh = async {
+            let mut fresh = OperationServiceClient::connect(format!("http://{}", gateway.addr))
+                .await
+                .ok()?;
+            fresh.get_operation(get.clone()).await.err()
+        };
+        if let Ok(Some(status)) = tokio::time::timeout(Duration::from_secs(5), fresh).await
+            && status.code() == tonic::Code::NotFound
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not serving new connections again"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let scrape = async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(metrics).await.ok()?;
+        let request = b"GET /metrics HTTP/1.1\r\nHost: sigcast\r\nConnection: close\r\n\r\n";
+        stream.write_all(request).await.ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.ok()?;
+        Some(response)
+    };
+    let response = tokio::time::timeout(Duration::from_secs(10), scrape).await;
+    assert!(
+        matches!(&response, Ok(Some(r)) if r.starts_with("HTTP/1.1 200")),
+        "metrics not served again: {response:?}"
+    );
+    assert!(gateway.service.is_running());
+}

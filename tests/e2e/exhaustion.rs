@@ -1,5 +1,7 @@
 //! Exhausted resources, on the real processes: out of file descriptors (the listeners back off
-//! instead of spinning, and serve again once descriptors are free).
+//! instead of spinning, and serve again once descriptors are free); a full store (writes
+//! refused as UNAVAILABLE with nothing half-written, reads served, health showing it, writes
+//! taken again once there is room).
 
 use sigcast_e2e::{GatewayProcess, free_addr};
 use sigcast_proto::pb;
@@ -133,4 +135,144 @@ async fn a_gateway_out_of_file_descriptors_backs_off_and_serves_again() {
         "metrics not served again: {response:?}"
     );
     assert!(gateway.service.is_running());
+}
+
+/// The health of `service` (empty: the whole server) as the gateway at `addr` reports it.
+async fn health(addr: std::net::SocketAddr, service: &str) -> i32 {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: service.to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+}
+
+const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+const NOT_SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
+
+fn big_call(op_id: &str) -> pb::SubmitOperationRequest {
+    pb::SubmitOperationRequest {
+        op_id: op_id.to_owned(),
+        intent: Some(pb::Intent {
+            kind: Some(pb::intent::Kind::EvmContractCall(pb::EvmContractCall {
+                chain_id: 31337,
+                from: "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266".into(),
+                to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8".into(),
+                data: vec![0xab; 60_000],
+                value_wei: String::new(),
+                gas_limit: Some(100_000),
+            })),
+        }),
+    }
+}
+
+/// A gateway whose store may grow to `max_size_mb` (a full disk, as SQLite reports it).
+async fn gateway_with_store_limit(
+    dir: &std::path::Path,
+    addr: std::net::SocketAddr,
+    max_size_mb: u64,
+) -> sigcast_e2e::Service {
+    let toml = format!(
+        "listen = \"{addr}\"\n[store]\npath = \"{}\"\n",
+        dir.join("sigcast.db").display()
+    );
+    sigcast_e2e::Service::start_with_env(
+        "sigcast-gateway",
+        dir,
+        addr,
+        &toml,
+        vec![(
+            "SIGCAST_GATEWAY__STORE__MAX_SIZE_MB".into(),
+            max_size_mb.to_string(),
+        )],
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_store_refuses_writes_as_unavailable_keeps_reads_shows_in_health_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_addr();
+    let mut gateway = gateway_with_store_limit(dir.path(), addr, 1).await;
+    assert_eq!(health(addr, "sigcast.store").await, SERVING);
+    let mut client = OperationServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+
+    let mut accepted = 0;
+    let refusal = loop {
+        match client
+            .submit_operation(big_call(&format!("big-{accepted}")))
+            .await
+        {
+            Ok(_) => accepted += 1,
+            Err(status) => break status,
+        }
+        assert!(accepted < 100, "1 MiB held more than 100 calls of 60 kB");
+    };
+    let refused = format!("big-{accepted}");
+    assert_eq!(refusal.code(), tonic::Code::Unavailable, "{refusal:?}");
+    assert!(
+        refusal.message().contains("Retry with the same op_id"),
+        "{refusal:?}"
+    );
+    assert_eq!(
+        tonic_types::StatusExt::get_details_error_info(&refusal).map(|i| i.reason),
+        Some("STORE_FULL".to_owned())
+    );
+    // Readiness shows it; the gateway serves reads meanwhile.
+    assert_eq!(health(addr, "sigcast.store").await, NOT_SERVING);
+    assert_eq!(health(addr, "").await, SERVING);
+    let first = client
+        .get_operation(pb::GetOperationRequest {
+            op_id: "big-0".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(first.operation.unwrap().op_id, "big-0");
+    let missing = client
+        .get_operation(pb::GetOperationRequest {
+            op_id: refused.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        missing.code(),
+        tonic::Code::NotFound,
+        "the refused submit left a trace"
+    );
+    let listed = client
+        .list_operations(pb::ListOperationsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.operations.len(), accepted);
+
+    // Space back: the same submit is accepted, nothing was lost, and health says so.
+    gateway.terminate();
+    let _gateway = gateway_with_store_limit(dir.path(), addr, 8).await;
+    let mut client = OperationServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let retried = client
+        .submit_operation(big_call(&refused))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!retried.replayed);
+    assert_eq!(health(addr, "sigcast.store").await, SERVING);
+    let listed = client
+        .list_operations(pb::ListOperationsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.operations.len(), accepted + 1);
 }

@@ -76,6 +76,16 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether the store refused the write for want of space: the disk, or `max_size_mb`.
+    /// Nothing of the transaction was written; a retry succeeds once space is back.
+    pub fn is_full(&self) -> bool {
+        matches!(
+            self,
+            Error::Sqlite(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DiskFull
+        )
+    }
+
     /// Whether running the transaction again may succeed: the database was busy or locked.
     /// (FoundationDB errors are classified by `on_error` in the FoundationDB backend.)
     pub(crate) fn is_sqlite_busy(&self) -> bool {

@@ -23,11 +23,20 @@ pub(crate) struct SqliteBackend {
     /// How long one statement waits for another process's lock before reporting busy; the
     /// runner then retries the whole transaction until its own deadline.
     busy_timeout: Duration,
+    /// The most pages the database may hold (`max_size_mb`), if limited.
+    max_pages: Option<u64>,
     idle: Mutex<Vec<Connection>>,
 }
 
+/// SQLite's default page size, which sigcast never changes.
+const PAGE_BYTES: u64 = 4096;
+
 impl SqliteBackend {
-    pub(crate) fn open(path: &Path, busy_timeout: Duration) -> Result<Self> {
+    pub(crate) fn open(
+        path: &Path,
+        busy_timeout: Duration,
+        max_size_mb: Option<u64>,
+    ) -> Result<Self> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| Error::Open {
                 backend: "sqlite",
@@ -38,6 +47,7 @@ impl SqliteBackend {
         let backend = Self {
             path: path.to_owned(),
             busy_timeout,
+            max_pages: max_size_mb.map(|mb| (mb << 20) / PAGE_BYTES),
             idle: Mutex::new(Vec::new()),
         };
         // Processes started together on a new file (a Pod's containers) race to switch it to
@@ -87,6 +97,12 @@ impl SqliteBackend {
         // pool of connections SQLite's default 2 MiB each was a sizeable share of a service's
         // memory.
         conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA cache_size=-512;")?;
+        if let Some(pages) = self.max_pages {
+            // Answers the limit it kept: never below the pages already in use.
+            let _: u64 = conn.query_row(&format!("PRAGMA max_page_count={pages}"), [], |row| {
+                row.get(0)
+            })?;
+        }
         Ok(conn)
     }
 

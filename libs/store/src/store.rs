@@ -43,6 +43,10 @@ pub struct StoreConfig {
     pub namespace: String,
     /// Most transactions run at once by this process.
     pub max_concurrency: usize,
+    /// SQLite: the most the database file may grow to, in MiB; none: until the disk is full.
+    /// A write past it fails exactly as on a full disk (UNAVAILABLE, nothing accepted, reads
+    /// go on), with room left on the volume for the write-ahead log to be checkpointed.
+    pub max_size_mb: Option<u64>,
 }
 
 impl Default for StoreConfig {
@@ -55,6 +59,7 @@ impl Default for StoreConfig {
             cluster_file: None,
             namespace: "sigcast".to_owned(),
             max_concurrency: 16,
+            max_size_mb: None,
         }
     }
 }
@@ -135,6 +140,7 @@ impl Store {
             Backend::Sqlite => Engine::Sqlite(SqliteBackend::open(
                 &config.path,
                 Duration::from_millis(config.busy_timeout_ms),
+                config.max_size_mb,
             )?),
             #[cfg(feature = "fdb")]
             Backend::Fdb => Engine::Fdb(crate::fdb::FdbBackend::open(

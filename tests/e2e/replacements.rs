@@ -750,3 +750,78 @@ async fn cancels_racing_with_signing_and_sending_leave_one_effect_or_none() {
         "the race never went both ways: {outcomes:?}"
     );
 }
+
+/// libfaketime (Debian `libfaketime`), multithreaded build.
+fn libfaketime() -> String {
+    ["x86_64-linux-gnu", "aarch64-linux-gnu"]
+        .iter()
+        .map(|arch| format!("/usr/lib/{arch}/faketime/libfaketimeMT.so.1"))
+        .find(|path| std::path::Path::new(path).exists())
+        .expect("libfaketime (scripts/install-deps.sh installs it)")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_step_of_the_broadcaster_s_clock_brings_no_early_fee_bump_and_stalls_no_resend() {
+    // The broadcaster's system clock follows an offset in this file (libfaketime); its
+    // monotonic clock stays real.
+    let clock = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(clock.path(), "+0").unwrap();
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        fee_bump_after_ms: 30_000,
+        broadcaster_env: vec![
+            ("LD_PRELOAD".into(), libfaketime()),
+            (
+                "FAKETIME_TIMESTAMP_FILE".into(),
+                clock.path().display().to_string(),
+            ),
+            ("FAKETIME_NO_CACHE".into(), "1".into()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+        ],
+        ..Default::default()
+    })
+    .await;
+    let node = node(&stack).await;
+    pause_mining(&node).await;
+    stack
+        .client()
+        .await
+        .submit_operation(transfer("stepped", DEV[0], &recipient(0), 777))
+        .await
+        .unwrap();
+    wait_for(&stack, "stepped", "sent", |op| {
+        op.attempts.first().is_some_and(|a| a.sends >= 1)
+    })
+    .await;
+
+    // An hour forward: the fee bump is 30 s away, not due at once.
+    std::fs::write(clock.path(), "+3600").unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let op = get(&stack, "stepped").await;
+    assert_eq!(
+        op.attempts.len(),
+        1,
+        "a forward step of the clock brought a fee bump: {op:?}"
+    );
+
+    // Two hours back (an hour behind real time): the stuck transaction still goes out again
+    // every 3 s (rebroadcast_ms), not after the hour the clock went back.
+    std::fs::write(clock.path(), "-3600").unwrap();
+    let sends = get(&stack, "stepped").await.attempts[0].sends;
+    wait_for(&stack, "stepped", "sent again", |op| {
+        op.attempts[0].sends >= sends + 2
+    })
+    .await;
+
+    mine(&node).await;
+    let done = wait_terminal(&stack, &["stepped".into()], Duration::from_secs(60)).await;
+    let op = &done["stepped"];
+    assert_eq!(
+        op.state(),
+        pb::OperationState::Confirmed,
+        "{}",
+        stack.logs()
+    );
+    assert_eq!(op.attempts.len(), 1, "{op:?}");
+    assert_eq!(node.nonce(DEV[0].parse().unwrap()).await.unwrap(), 1);
+}

@@ -107,6 +107,8 @@ pub struct StackOptions {
     pub broadcaster_signer_url: Option<String>,
     /// Extra tables of the broadcaster's config (e.g. `[signer_tls]`).
     pub broadcaster_tables: String,
+    /// Extra environment of the broadcaster processes.
+    pub broadcaster_env: Vec<(String, String)>,
     /// A Solana node's JSON-RPC URL: serve cluster "localnet" there.
     pub solana_rpc: Option<String>,
     /// Ed25519 keys the signer holds for Solana (generated into its keystore).
@@ -142,6 +144,7 @@ impl Default for StackOptions {
             signer_env: Vec::new(),
             broadcaster_signer_url: None,
             broadcaster_tables: String::new(),
+            broadcaster_env: Vec::new(),
             solana_rpc: None,
             solana_accounts: 0,
             solana_broadcaster_rpc: None,
@@ -360,13 +363,15 @@ impl Stack {
                 options.confirmations,
                 options.broadcaster_tables
             );
+            let mut broadcaster_env = options.broadcaster_env.clone();
+            broadcaster_env.extend(telemetry_env.clone());
             broadcasters.push(
                 Service::start_with_env(
                     "sigcast-broadcaster",
                     &replica_dir,
                     broadcaster_addr,
                     &broadcaster_toml,
-                    telemetry_env.clone(),
+                    broadcaster_env,
                 )
                 .await,
             );

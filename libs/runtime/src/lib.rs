@@ -6,6 +6,7 @@
 //! loads, since configurations name secrets' locations.
 
 pub mod accept;
+pub mod clock;
 pub mod identity;
 pub mod tls;
 

@@ -18,13 +18,14 @@ use sigcast_proto::sigcast::signer::v1::SignPurpose;
 use sigcast_proto::{pb, state_from_proto};
 use sigcast_protocol::record::{self, reasons};
 use sigcast_protocol::{Action, Evidence, Replacement, Rules, SendOutcome, Settlement, decide};
+use sigcast_runtime::clock::SteadyClock;
 use sigcast_solana::SolanaRpc;
 use sigcast_store::{Store, accounts, operations};
 use sigcast_telemetry::metrics;
 use sigcast_telemetry::trace::op_span;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 /// The signer refused a replacement at the chain's fee cap.
@@ -45,6 +46,9 @@ pub struct Worker {
     concurrency: usize,
     work: Arc<WorkList>,
     swept: Arc<std::sync::Mutex<Option<Instant>>>,
+    /// The time every decision and record is made with: steps of the system clock while
+    /// running move nothing (see `sigcast_runtime::clock`).
+    clock: SteadyClock,
 }
 
 impl Worker {
@@ -72,6 +76,7 @@ impl Worker {
             concurrency: config.concurrency,
             work: Arc::default(),
             swept: Arc::default(),
+            clock: SteadyClock::start(),
         })
     }
 
@@ -137,7 +142,7 @@ impl Worker {
     }
 
     async fn sign(&self, op: pb::Operation) {
-        if decide(&op, &Evidence::None, SystemTime::now(), &self.rules) != Action::Sign {
+        if decide(&op, &Evidence::None, self.clock.now(), &self.rules) != Action::Sign {
             return;
         }
         match self.signer.sign(&op.op_id, SignPurpose::Initial, 0).await {
@@ -217,9 +222,9 @@ impl Worker {
     /// What a SIGNED operation's first send is: the operation recorded SENT and the attempt
     /// to send, or `None` if there is nothing to send (it moved on, or was settled).
     async fn prepare_first_send(&self, op: pb::Operation) -> Option<(pb::Operation, u32)> {
-        match decide(&op, &Evidence::None, SystemTime::now(), &self.rules) {
+        match decide(&op, &Evidence::None, self.clock.now(), &self.rules) {
             Action::Send(attempt) => {
-                let now = SystemTime::now();
+                let now = self.clock.now();
                 let sending = self
                     .apply_decided(&op, move |op| record::record_sending(op, attempt, now))
                     .await?;
@@ -227,7 +232,7 @@ impl Worker {
             }
             Action::Replace(replacement) => {
                 let attempt = self.replace(&op, replacement).await.ok().flatten()?;
-                let now = SystemTime::now();
+                let now = self.clock.now();
                 let sending = self
                     .apply_fact(&op.op_id, move |op| {
                         record::record_sending(op, attempt, now)
@@ -276,7 +281,7 @@ impl Worker {
         endpoints: &[sigcast_jsonrpc::PassCache<sigcast_jsonrpc::PoolEndpoint<'_>>],
     ) {
         let mut evidence = Evidence::None;
-        let mut action = decide(&op, &evidence, SystemTime::now(), &self.rules);
+        let mut action = decide(&op, &evidence, self.clock.now(), &self.rules);
         let mut next = endpoints.iter();
         while let Action::ReadMore(_) = action {
             let Some(endpoint) = next.next() else { break };
@@ -291,7 +296,7 @@ impl Worker {
                 },
                 None => continue,
             }
-            action = decide(&op, &evidence, SystemTime::now(), &self.rules);
+            action = decide(&op, &evidence, self.clock.now(), &self.rules);
         }
         match action {
             Action::Wait(why) | Action::ReadMore(why) => {
@@ -305,7 +310,7 @@ impl Worker {
                 Err(AtFeeCap) => {
                     // Recorded, so that the next passes do not ask again before a bump period.
                     let newest = op.attempts.last().map_or(0, |a| a.number);
-                    let now = SystemTime::now();
+                    let now = self.clock.now();
                     let Some(op) = self
                         .apply_decided(&op, move |op| {
                             record::record_held_at_fee_cap(op, newest, now)
@@ -347,7 +352,7 @@ impl Worker {
             .attempts
             .iter()
             .any(|a| a.number == attempt && (a.sends > 0 || a.send_time.is_some()));
-        let now = SystemTime::now();
+        let now = self.clock.now();
         if let Some(op) = self
             .apply_decided(op, move |op| record::record_sending(op, attempt, now))
             .await
@@ -391,7 +396,7 @@ impl Worker {
 
     /// Records a freshly signed attempt as being sent, then sends it.
     async fn send_new_attempt(&self, op_id: &str, attempt: u32) {
-        let now = SystemTime::now();
+        let now = self.clock.now();
         if let Some(op) = self
             .apply_fact(op_id, move |op| record::record_sending(op, attempt, now))
             .await
@@ -456,7 +461,7 @@ impl Worker {
             &metrics::metrics().attempts,
             &[("chain", op.chain.as_str()), ("outcome", label)],
         );
-        let now = SystemTime::now();
+        let now = self.clock.now();
         self.apply_fact(&op.op_id, move |op| {
             record::record_outcome(op, attempt, &endpoint, &outcome, now);
             true
@@ -511,7 +516,7 @@ impl Worker {
     ) -> Option<pb::Operation> {
         let root = self.store.root().clone();
         let id = op_id.to_owned();
-        let now = SystemTime::now();
+        let now = self.clock.now();
         let result = self
             .store
             .run_grouped(move |tx| operations::update(tx, &root, &id, guard, &mut change, now))

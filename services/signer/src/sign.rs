@@ -200,6 +200,10 @@ pub struct Signer {
     /// Fingerprints (SHA-256 hex) and identities (URI/DNS SAN, else CN) of the TLS client
     /// certificates allowed; both empty: any the client CA issued.
     allowed_certificates: Arc<(Vec<String>, Vec<String>)>,
+    /// The time spends and audit records are recorded at, and rolling windows measured by:
+    /// a step of the system clock while running does not move it, so a step forward cannot
+    /// push recorded spends out of a window early (see `sigcast_runtime::clock`).
+    clock: sigcast_runtime::clock::SteadyClock,
 }
 
 impl Signer {
@@ -241,6 +245,7 @@ impl Signer {
             );
         }
         Ok(Self {
+            clock: sigcast_runtime::clock::SteadyClock::start(),
             store,
             keys,
             chains: Arc::new(chains),
@@ -497,7 +502,7 @@ impl Signer {
             root: self.store.root().clone(),
             op_id: op_id.to_owned(),
             caller: caller.to_owned(),
-            now: SystemTime::now(),
+            now: self.clock.now(),
             intent,
             policy,
             value,
@@ -781,7 +786,7 @@ impl Signer {
             root: self.store.root().clone(),
             op_id: op_id.to_owned(),
             caller: caller.to_owned(),
-            now: SystemTime::now(),
+            now: self.clock.now(),
             kind,
             replaces_attempt,
             intent,

@@ -17,7 +17,6 @@ use sigcast_proto::sigcast::signer::v1::{AuditRecord, SignPurpose};
 use sigcast_proto::{pb, state_from_proto, state_to_proto};
 use sigcast_solana::{Lifetime, SolanaRpc};
 use sigcast_store::{accounts, operations};
-use std::time::SystemTime;
 
 /// Attempt reason of the transaction that only advances the nonce.
 const CANCEL: &str = "cancel";
@@ -116,13 +115,13 @@ impl Signer {
             let view =
                 sigcast_solana::evidence::read_view(&endpoint, &signatures, nonce_account.as_ref())
                     .await;
-            match sigcast_protocol::solana::lifetime(&op, &view, SystemTime::now()) {
+            match sigcast_protocol::solana::lifetime(&op, &view, self.clock.now()) {
                 sigcast_protocol::solana::Lifetime::Over(_) => {
                     proven = true;
                     break;
                 }
                 sigcast_protocol::solana::Lifetime::Valid => {
-                    refusal = sigcast_protocol::Why::InFlight(SystemTime::now());
+                    refusal = sigcast_protocol::Why::InFlight(self.clock.now());
                 }
                 sigcast_protocol::solana::Lifetime::Unknown(why) => refusal = why,
             }
@@ -412,7 +411,7 @@ impl Signer {
             })
             .collect::<Result<Vec<_>>>()?;
         let root = self.store.root().clone();
-        let now = SystemTime::now();
+        let now = self.clock.now();
         let caller = caller.to_owned();
         let id = op_id.clone();
         let cluster = op.chain.trim_start_matches("solana:").to_owned();

@@ -58,18 +58,98 @@ fn fail(doing: impl Into<String>) -> impl FnOnce(cryptoki::error::Error) -> Toke
 
 /// A logged-in session on the configured token.
 pub struct Token {
-    session: Arc<Mutex<Session>>,
+    live: Arc<Live>,
 }
 
-impl Token {
-    /// Opens the module, finds the token by label and logs in as its user.
-    pub fn open(config: &Pkcs11Config) -> Result<Self, TokenError> {
+/// The module, the token's slot and the one session every key signs through. The session is
+/// replaced when it is lost (an HSM restarted, a network HSM reconnected, the login ended):
+/// the signer goes on signing instead of failing every signature until restarted.
+struct Live {
+    pkcs11: Pkcs11,
+    slot: cryptoki::slot::Slot,
+    config: Pkcs11Config,
+    session: Mutex<Session>,
+}
+
+impl Live {
+    /// A new session, logged in as the token's user (the PIN read again, held no longer).
+    fn log_in(
+        pkcs11: &Pkcs11,
+        slot: cryptoki::slot::Slot,
+        config: &Pkcs11Config,
+    ) -> Result<Session, TokenError> {
         // Wiped from memory once the login is done (AuthPin wipes its own copy).
         let pin = crate::keys::read_secret(config.pin_file.as_deref(), "pin_file", PIN_ENV)
             .map_err(|reason| TokenError {
                 doing: "reading the PIN".into(),
                 reason,
             })?;
+        let session = pkcs11
+            .open_rw_session(slot)
+            .map_err(fail("opening a session"))?;
+        match session.login(
+            UserType::User,
+            Some(&AuthPin::from(pin.as_str().to_owned())),
+        ) {
+            // A login belongs to the application, not the session: another session of ours
+            // may have logged in again already.
+            Err(cryptoki::error::Error::Pkcs11(
+                cryptoki::error::RvError::UserAlreadyLoggedIn,
+                _,
+            ))
+            | Ok(()) => Ok(session),
+            Err(error) => Err(fail("logging in")(error)),
+        }
+    }
+
+    /// Signs through `sign` with the private key `private`; if the session turns out lost,
+    /// opens a new one, finds the key again with `find` (handles need not survive) and signs
+    /// once more.
+    fn sign(
+        &self,
+        private: &Mutex<ObjectHandle>,
+        find: impl Fn(&Session) -> Result<ObjectHandle, TokenError>,
+        sign: impl Fn(&Session, ObjectHandle) -> cryptoki::error::Result<Vec<u8>>,
+        doing: &str,
+    ) -> Result<Vec<u8>, TokenError> {
+        let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let handle = *private.lock().unwrap_or_else(|p| p.into_inner());
+        match sign(&session, handle) {
+            Err(error) if session_lost(&error) => {
+                tracing::warn!(%error, "PKCS#11 session lost; opening a new one");
+                *session = Self::log_in(&self.pkcs11, self.slot, &self.config)?;
+                let handle = find(&session)?;
+                *private.lock().unwrap_or_else(|p| p.into_inner()) = handle;
+                sign(&session, handle).map_err(fail(doing))
+            }
+            other => other.map_err(fail(doing)),
+        }
+    }
+}
+
+/// Whether `error` says the session (or its login, or the token behind it) is gone, rather
+/// than that this signature failed.
+fn session_lost(error: &cryptoki::error::Error) -> bool {
+    use cryptoki::error::RvError as Rv;
+    matches!(
+        error,
+        cryptoki::error::Error::Pkcs11(
+            Rv::SessionHandleInvalid
+                | Rv::SessionClosed
+                | Rv::UserNotLoggedIn
+                | Rv::DeviceRemoved
+                | Rv::DeviceError
+                | Rv::TokenNotPresent
+                | Rv::KeyHandleInvalid
+                | Rv::ObjectHandleInvalid,
+            _
+        )
+    )
+}
+
+impl Token {
+    /// Opens the module, finds the token by label and logs in as its user.
+    pub fn open(config: &Pkcs11Config) -> Result<Self, TokenError> {
         let pkcs11 = Pkcs11::new(&config.module)
             .map_err(fail(format!("loading {}", config.module.display())))?;
         pkcs11
@@ -88,18 +168,28 @@ impl Token {
                 doing: format!("finding token {:?}", config.token_label),
                 reason: "no such token".into(),
             })?;
-        let session = pkcs11
-            .open_rw_session(slot)
-            .map_err(fail("opening a session"))?;
-        session
-            .login(
-                UserType::User,
-                Some(&AuthPin::from(pin.as_str().to_owned())),
-            )
-            .map_err(fail("logging in"))?;
+        let session = Live::log_in(&pkcs11, slot, config)?;
         Ok(Self {
-            session: Arc::new(Mutex::new(session)),
+            live: Arc::new(Live {
+                pkcs11,
+                slot,
+                config: config.clone(),
+                session: Mutex::new(session),
+            }),
         })
+    }
+
+    /// Ends this application's login on the token from a second session, as a token reset or
+    /// another part of the application would: every session of ours is then logged out.
+    /// For tests of what follows a lost session.
+    #[doc(hidden)]
+    pub fn log_out_elsewhere(&self) -> Result<(), TokenError> {
+        let other = self
+            .live
+            .pkcs11
+            .open_ro_session(self.live.slot)
+            .map_err(fail("opening a second session"))?;
+        other.logout().map_err(fail("logging out"))
     }
 
     /// Generates a key pair inside the token on the curve `params` names: the private key
@@ -138,7 +228,7 @@ impl Token {
     /// Generates a secp256k1 key pair inside the token (sensitive, non-extractable). Returns
     /// its account.
     pub fn generate(&self, label: &str) -> Result<Address, TokenError> {
-        let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let session = self.live.session.lock().unwrap_or_else(|p| p.into_inner());
         let public =
             self.generate_pair(&session, label, &SECP256K1_PARAMS, Mechanism::EccKeyPairGen)?;
         address_of(&session, public)
@@ -147,7 +237,7 @@ impl Token {
     /// Generates an Ed25519 key pair inside the token (sensitive, non-extractable). Returns
     /// its public key.
     pub fn generate_ed25519(&self, label: &str) -> Result<[u8; 32], TokenError> {
-        let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let session = self.live.session.lock().unwrap_or_else(|p| p.into_inner());
         let public = self.generate_pair(
             &session,
             label,
@@ -164,7 +254,6 @@ impl Token {
     /// object is left out with a warning: pairing it with another key's public half would
     /// sign for one account while naming another.
     fn key_pairs(
-        &self,
         session: &Session,
         key_type: KeyType,
     ) -> Result<Vec<(String, ObjectHandle, ObjectHandle)>, TokenError> {
@@ -230,13 +319,13 @@ impl Token {
 
     /// The token's Ed25519 signing keys.
     pub fn ed25519_keys(&self) -> Result<Vec<TokenEd25519Key>, TokenError> {
-        let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
-        self.key_pairs(&session, KeyType::EC_EDWARDS)?
+        let session = self.live.session.lock().unwrap_or_else(|p| p.into_inner());
+        Self::key_pairs(&session, KeyType::EC_EDWARDS)?
             .into_iter()
             .map(|(label, private, public)| {
                 Ok(TokenEd25519Key {
-                    session: self.session.clone(),
-                    private,
+                    live: self.live.clone(),
+                    private: Mutex::new(private),
                     public_key: ed25519_public_key(&session, public)?,
                     label,
                 })
@@ -246,18 +335,26 @@ impl Token {
 
     /// The token's secp256k1 signing keys, by label.
     pub fn keys(&self) -> Result<Vec<TokenKey>, TokenError> {
-        let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
-        self.key_pairs(&session, KeyType::EC)?
+        let session = self.live.session.lock().unwrap_or_else(|p| p.into_inner());
+        Self::key_pairs(&session, KeyType::EC)?
             .into_iter()
             .map(|(label, private, public)| {
                 Ok(TokenKey {
-                    session: self.session.clone(),
-                    private,
+                    live: self.live.clone(),
+                    private: Mutex::new(private),
                     address: address_of(&session, public)?,
                     label,
                 })
             })
             .collect()
+    }
+}
+
+/// A key no longer in the token after a new session was opened.
+fn gone(label: &str) -> TokenError {
+    TokenError {
+        doing: "finding the key again in a new session".into(),
+        reason: format!("key {label:?} is no longer in the token"),
     }
 }
 
@@ -312,8 +409,8 @@ fn ed25519_public_key(session: &Session, public: ObjectHandle) -> Result<[u8; 32
 
 /// An Ed25519 key in the token (Solana).
 pub struct TokenEd25519Key {
-    session: Arc<Mutex<Session>>,
-    private: ObjectHandle,
+    live: Arc<Live>,
+    private: Mutex<ObjectHandle>,
     /// Its public key (the Solana account).
     pub public_key: [u8; 32],
     /// Its label in the token.
@@ -324,11 +421,23 @@ impl TokenEd25519Key {
     /// Signs `message` inside the token (pure EdDSA).
     pub fn sign(&self, message: &[u8]) -> Result<[u8; 64], TokenError> {
         use cryptoki::mechanism::eddsa::{EddsaParams, EddsaSignatureScheme};
-        let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
-        let mechanism = Mechanism::Eddsa(EddsaParams::new(EddsaSignatureScheme::Pure));
-        let raw = session
-            .sign(&mechanism, self.private, message)
-            .map_err(fail("signing with Ed25519"))?;
+        let raw = self.live.sign(
+            &self.private,
+            |session| {
+                Token::key_pairs(session, KeyType::EC_EDWARDS)?
+                    .into_iter()
+                    .find(|(_, _, public)| {
+                        ed25519_public_key(session, *public).is_ok_and(|k| k == self.public_key)
+                    })
+                    .map(|(_, private, _)| private)
+                    .ok_or_else(|| gone(&self.label))
+            },
+            |session, private| {
+                let mechanism = Mechanism::Eddsa(EddsaParams::new(EddsaSignatureScheme::Pure));
+                session.sign(&mechanism, private, message)
+            },
+            "signing with Ed25519",
+        )?;
         raw.try_into().map_err(|raw: Vec<u8>| TokenError {
             doing: "signing with Ed25519".into(),
             reason: format!("{} bytes, not 64", raw.len()),
@@ -338,8 +447,8 @@ impl TokenEd25519Key {
 
 /// One key in the token.
 pub struct TokenKey {
-    session: Arc<Mutex<Session>>,
-    private: ObjectHandle,
+    live: Arc<Live>,
+    private: Mutex<ObjectHandle>,
     /// Its account.
     pub address: Address,
     /// Its label in the token.
@@ -349,12 +458,20 @@ pub struct TokenKey {
 impl TokenKey {
     /// Signs a 32-byte digest inside the token.
     pub fn sign_hash(&self, hash: &B256) -> Result<Signature, TokenError> {
-        let raw = {
-            let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
-            session
-                .sign(&Mechanism::Ecdsa, self.private, hash.as_slice())
-                .map_err(fail("signing"))?
-        };
+        let raw = self.live.sign(
+            &self.private,
+            |session| {
+                Token::key_pairs(session, KeyType::EC)?
+                    .into_iter()
+                    .find(|(_, _, public)| {
+                        address_of(session, *public).is_ok_and(|a| a == self.address)
+                    })
+                    .map(|(_, private, _)| private)
+                    .ok_or_else(|| gone(&self.label))
+            },
+            |session, private| session.sign(&Mechanism::Ecdsa, private, hash.as_slice()),
+            "signing",
+        )?;
         if raw.len() != 64 {
             return Err(TokenError {
                 doing: "signing".into(),

@@ -363,3 +363,58 @@ fn ed25519_keys_live_in_encrypted_keystores_too_and_sign_solana_transfers() {
         "encrypted with the passphrase"
     );
 }
+
+#[test]
+fn a_lost_token_session_is_reopened_and_the_next_signatures_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (conf, config) = softhsm_token(dir.path());
+    for (label, algorithm) in [("evm", "secp256k1"), ("sol", "ed25519")] {
+        let out = signer()
+            .arg("--config")
+            .arg(&config)
+            .args([
+                "keys",
+                "generate",
+                "--label",
+                label,
+                "--algorithm",
+                algorithm,
+            ])
+            .env("SOFTHSM2_CONF", &conf)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // SAFETY: the test runs alone in its process under nextest; set before the module loads.
+    unsafe { std::env::set_var("SOFTHSM2_CONF", &conf) };
+    let token = sigcast_signer::token::Token::open(&sigcast_signer::token::Pkcs11Config {
+        module: "/usr/lib/softhsm/libsofthsm2.so".into(),
+        token_label: "sol".into(),
+        pin_file: Some(dir.path().join("pin")),
+    })
+    .unwrap();
+    let evm = token.keys().unwrap().pop().unwrap();
+    let sol = token.ed25519_keys().unwrap().pop().unwrap();
+    let digest = sigcast_evm::B256::repeat_byte(7);
+    let recovers = |signature: sigcast_evm::Signature| {
+        signature.recover_address_from_prehash(&digest).unwrap() == evm.address
+    };
+    assert!(recovers(evm.sign_hash(&digest).unwrap()));
+    sol.sign(b"before").unwrap();
+
+    // The login ends under the signer (a token reset, another session logging out).
+    token.log_out_elsewhere().unwrap();
+    assert!(
+        recovers(
+            evm.sign_hash(&digest)
+                .expect("signing after the session was lost")
+        ),
+        "signs as its own account after reopening"
+    );
+    sol.sign(b"after")
+        .expect("Ed25519 signing after the session was lost");
+}

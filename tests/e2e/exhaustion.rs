@@ -276,3 +276,84 @@ async fn a_full_store_refuses_writes_as_unavailable_keeps_reads_shows_in_health_
         .into_inner();
     assert_eq!(listed.operations.len(), accepted + 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_store_held_by_another_process_makes_calls_wait_then_everything_resumes_without_loss() {
+    use crate::evm::{DEV, recipient, transfer, wait_terminal};
+    let stack = sigcast_e2e::Stack::start(sigcast_e2e::StackOptions {
+        accounts: 1,
+        gateway_env: vec![(
+            "SIGCAST_GATEWAY__LIMITS__REQUEST_TIMEOUT_MS".into(),
+            "3000".into(),
+        )],
+        ..Default::default()
+    })
+    .await;
+    let mut client = stack.client().await;
+    let before: Vec<String> = (0..3).map(|i| format!("held-{i}")).collect();
+    for (i, op_id) in before.iter().enumerate() {
+        client
+            .submit_operation(transfer(op_id, DEV[0], &recipient(i), 1_000 + i as u64))
+            .await
+            .unwrap();
+    }
+
+    // Another process takes the store's write lock and keeps it for 8 s: to every service
+    // the store is unreachable for writes meanwhile.
+    let db = stack.dir.path().join("sigcast.db");
+    let holder = std::thread::spawn(move || {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        std::thread::sleep(Duration::from_secs(8));
+        conn.execute_batch("COMMIT").unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let during = client
+        .submit_operation(transfer("held-3", DEV[0], &recipient(3), 1_003))
+        .await
+        .unwrap_err();
+    // The gateway's request timeout (3 s) ends the call; it may still complete once the
+    // lock is released, so the answer says: retry (UNAVAILABLE, which retry policies retry;
+    // tonic's own timeout said CANCELLED "Timeout expired").
+    assert_eq!(during.code(), tonic::Code::Unavailable, "{during:?}");
+    assert!(
+        during.message().contains("retry with the same op_id"),
+        "{during:?}"
+    );
+    // Reads go on meanwhile (WAL: readers do not wait for the writer).
+    let read = client
+        .get_operation(pb::GetOperationRequest {
+            op_id: "held-0".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(read.into_inner().operation.unwrap().op_id, "held-0");
+    holder.join().unwrap();
+
+    // The caller's retry with the same op_id: accepted once (or found accepted).
+    client
+        .submit_operation(transfer("held-3", DEV[0], &recipient(3), 1_003))
+        .await
+        .unwrap();
+    let mut all = before.clone();
+    all.push("held-3".into());
+    let done = wait_terminal(&stack, &all, Duration::from_secs(90)).await;
+    for op_id in &all {
+        assert_eq!(
+            done[op_id].state(),
+            pb::OperationState::Confirmed,
+            "{op_id}\n{}",
+            stack.logs()
+        );
+    }
+    let node = sigcast_evm::EvmRpc::new(
+        std::slice::from_ref(&stack.anvil.url),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert_eq!(
+        node.nonce(DEV[0].parse().unwrap()).await.unwrap(),
+        4,
+        "each operation landed exactly once"
+    );
+}

@@ -109,6 +109,8 @@ pub struct StackOptions {
     pub broadcaster_tables: String,
     /// Extra environment of the broadcaster processes.
     pub broadcaster_env: Vec<(String, String)>,
+    /// Extra environment of the gateway (e.g. `SIGCAST_GATEWAY__LIMITS__REQUEST_TIMEOUT_MS`).
+    pub gateway_env: Vec<(String, String)>,
     /// A Solana node's JSON-RPC URL: serve cluster "localnet" there.
     pub solana_rpc: Option<String>,
     /// Ed25519 keys the signer holds for Solana (generated into its keystore).
@@ -145,6 +147,7 @@ impl Default for StackOptions {
             broadcaster_signer_url: None,
             broadcaster_tables: String::new(),
             broadcaster_env: Vec::new(),
+            gateway_env: Vec::new(),
             solana_rpc: None,
             solana_accounts: 0,
             solana_broadcaster_rpc: None,
@@ -381,12 +384,14 @@ impl Stack {
             "listen = \"{gateway_addr}\"\nwatch_poll_ms = 50\n{}{store}{tracing_table}",
             metrics_addr("gateway".into())
         );
+        let mut gateway_env = options.gateway_env.clone();
+        gateway_env.extend(telemetry_env);
         let gateway = Service::start_with_env(
             "sigcast-gateway",
             path,
             gateway_addr,
             &gateway_toml,
-            telemetry_env,
+            gateway_env,
         )
         .await;
         Self {

@@ -5,6 +5,7 @@
 //! that, reading the operations this service records.
 
 pub mod config;
+mod deadline;
 mod error;
 mod grpc;
 pub mod identity;
@@ -60,9 +61,15 @@ pub async fn run(
     let authenticated = config.tls.is_some() || config.mesh.is_some();
     let open = !authenticated && !config.allow_plaintext;
     let gateway = gateway.with_operators(config.operators.clone(), authenticated, open);
-    let operator = OperatorServiceServer::new(gateway.clone());
-    let operations = OperationServiceServer::new(gateway)
-        .max_decoding_message_size(config.limits.max_request_bytes);
+    let deadline = deadline::DeadlineLayer {
+        after: std::time::Duration::from_millis(config.limits.request_timeout_ms),
+    };
+    let operator = tower::Layer::layer(&deadline, OperatorServiceServer::new(gateway.clone()));
+    let operations = tower::Layer::layer(
+        &deadline,
+        OperationServiceServer::new(gateway)
+            .max_decoding_message_size(config.limits.max_request_bytes),
+    );
 
     let local = listener.local_addr()?;
     // Checked again here: a caller of `run` may hand over any listener.
@@ -130,7 +137,6 @@ pub async fn run(
     let router = tonic::transport::Server::builder()
         .concurrency_limit_per_connection(limits.max_calls_per_connection)
         .max_concurrent_streams(Some(limits.max_concurrent_streams))
-        .timeout(std::time::Duration::from_millis(limits.request_timeout_ms))
         .add_service(health_service)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)

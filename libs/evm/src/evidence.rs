@@ -21,7 +21,7 @@ fn hex(n: u64) -> String {
 fn malformed(endpoint: &impl Endpoint, what: &str, value: &Value) -> RpcError {
     RpcError::Malformed {
         endpoint: endpoint.label().to_owned(),
-        message: format!("{what}: {value}"),
+        message: format!("{what}: {}", sigcast_jsonrpc::quoted(&value.to_string())),
     }
 }
 

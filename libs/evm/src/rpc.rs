@@ -49,7 +49,10 @@ impl EvmRpc {
         let result = sent.result.and_then(|value| {
             parse_b256(&value).ok_or_else(|| RpcError::Malformed {
                 endpoint: endpoint.clone(),
-                message: format!("not a transaction hash: {value}"),
+                message: format!(
+                    "not a transaction hash: {}",
+                    sigcast_jsonrpc::quoted(&value.to_string())
+                ),
             })
         });
         SendAttempt { endpoint, result }
@@ -65,7 +68,10 @@ impl EvmRpc {
         let value = self.read_from(url, "eth_chainId", json!([])).await?;
         quantity(&value).ok_or_else(|| RpcError::Malformed {
             endpoint: sigcast_jsonrpc::endpoint_label(url),
-            message: format!("eth_chainId answered {value}"),
+            message: format!(
+                "eth_chainId answered {}",
+                sigcast_jsonrpc::quoted(&value.to_string())
+            ),
         })
     }
 

@@ -29,6 +29,10 @@ enum Hostile {
     HugeBadError,
     /// A batch (an array) for a single request.
     Array,
+    /// Not hostile: the id echoed as a string, as some proxies do.
+    StringId,
+    /// Not hostile: an error with a null id (the node could not read the request's id).
+    NullIdError,
 }
 
 /// A JSON body as an HTTP/1.1 200 answer.
@@ -121,6 +125,16 @@ async fn endpoint(hostile: Hostile) -> String {
                         Hostile::HugeBadError => {
                             let error = "e".repeat(1 << 20);
                             let body = json!({"jsonrpc": "2.0", "id": id, "error": error});
+                            socket.write_all(&http_ok(&body.to_string())).await
+                        }
+                        Hostile::StringId => {
+                            let body =
+                                json!({"jsonrpc": "2.0", "id": id.to_string(), "result": "0x1"});
+                            socket.write_all(&http_ok(&body.to_string())).await
+                        }
+                        Hostile::NullIdError => {
+                            let error = json!({"code": -32000, "message": "nonce too low"});
+                            let body = json!({"jsonrpc": "2.0", "id": null, "error": error});
                             socket.write_all(&http_ok(&body.to_string())).await
                         }
                         Hostile::Array => {
@@ -280,6 +294,29 @@ async fn a_trickling_answer_ends_at_the_timeout_as_an_unknown_outcome() {
             maybe_delivered: true,
             ..
         }) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_id_echoed_as_a_string_and_an_error_with_a_null_id_are_answers() {
+    let url = endpoint(Hostile::StringId).await;
+    let pool = RpcPool::new(std::slice::from_ref(&url), Duration::from_secs(1)).unwrap();
+    assert_eq!(
+        pool.read_as("eth_blockNumber", json!([]), |v| quantity(&v).ok_or(v))
+            .await
+            .unwrap(),
+        1
+    );
+    let url = endpoint(Hostile::NullIdError).await;
+    let pool = RpcPool::new(std::slice::from_ref(&url), Duration::from_secs(1)).unwrap();
+    let sent = pool.send("eth_sendRawTransaction", json!(["0x00"])).await;
+    match sent.result {
+        Err(RpcError::Node {
+            code: -32000,
+            message,
+            ..
+        }) => assert_eq!(message, "nonce too low"),
         other => panic!("{other:?}"),
     }
 }

@@ -12,5 +12,7 @@ mod pool;
 
 pub use endpoint::{Endpoint, PassCache, PoolEndpoint};
 pub use error::{Error, Result, RpcError};
-pub use pool::{MAX_RESPONSE_BYTES, RpcPool, SendAttempt, quantity, quantity_u128, unexpected};
+pub use pool::{
+    MAX_RESPONSE_BYTES, RpcPool, SendAttempt, quantity, quantity_u128, quoted, unexpected,
+};
 pub use sigcast_telemetry::metrics::endpoint_label;

@@ -27,9 +27,12 @@ const FIRST_HEDGE: Duration = Duration::from_millis(150);
 /// transactions (a few MiB on the busiest chains); anything larger is a broken or hostile
 /// endpoint, and is cut off before it is held in memory.
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
-/// The most of an endpoint's text (an error message, a value it answered) that an error,
-/// and so a log line or a stored record, carries.
+/// The most of an endpoint's text (a value it answered) that an error, and so a log line or a
+/// stored record, carries.
 const MAX_QUOTED_BYTES: usize = 256;
+/// The most of a node's error message kept: sends are classified by what it says ("nonce too
+/// low", "already known"), which real nodes say within their first hundred bytes.
+const MAX_NODE_MESSAGE_BYTES: usize = 4096;
 
 #[derive(Debug)]
 struct Health {
@@ -271,8 +274,15 @@ impl RpcPool {
             )));
         };
         // An answer to another request (a confused proxy, a shared connection) says nothing
-        // about this one.
-        if reply.get("id") != Some(&Value::from(id)) {
+        // about this one. Some proxies echo the id as a string; a node that could not read
+        // the request at all answers its error with a null id.
+        let answers_this = match reply.get("id") {
+            Some(Value::Number(n)) => n.as_u64() == Some(id),
+            Some(Value::String(s)) => *s == id.to_string(),
+            Some(Value::Null) => reply.contains_key("error"),
+            _ => false,
+        };
+        if !answers_this {
             return Err(malformed(format!(
                 "the answer to request {id} carries id {}",
                 quoted(&reply.get("id").map(Value::to_string).unwrap_or_default())
@@ -285,7 +295,7 @@ impl RpcPool {
                 (Some(code), Some(message)) => Err(RpcError::Node {
                     endpoint: label.to_owned(),
                     code,
-                    message: quoted(message),
+                    message: clip(message, MAX_NODE_MESSAGE_BYTES),
                 }),
                 _ => Err(malformed(format!(
                     "an error that is not a JSON-RPC error object: {}",
@@ -399,12 +409,17 @@ impl RpcPool {
     }
 }
 
-/// At most [`MAX_QUOTED_BYTES`] of an endpoint's text, cut at a character boundary.
-fn quoted(text: &str) -> String {
-    if text.len() <= MAX_QUOTED_BYTES {
+/// At most [`MAX_QUOTED_BYTES`] of an endpoint's text, for an error.
+pub fn quoted(text: &str) -> String {
+    clip(text, MAX_QUOTED_BYTES)
+}
+
+/// At most `max` bytes of `text`, cut at a character boundary, saying how long it was.
+fn clip(text: &str, max: usize) -> String {
+    if text.len() <= max {
         return text.to_owned();
     }
-    let mut end = MAX_QUOTED_BYTES;
+    let mut end = max;
     while !text.is_char_boundary(end) {
         end -= 1;
     }

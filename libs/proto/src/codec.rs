@@ -5,9 +5,9 @@
 //! gRPC's status table files "error parsing request proto" under INTERNAL, which tonic
 //! follows. For a service that callers in any language reach, often through hand-built
 //! requests (grpcurl, a proxy), the fault is the caller's: INTERNAL would tell them to retry and
-//! page our operators for their bytes. The generated clients use this codec too: a response
-//! that does not decode (a broken server, or a proxy) also reads INVALID_ARGUMENT there, with
-//! "not a valid protobuf encoding of <response message>" in its message.
+//! page our operators for their bytes. The generated clients use this codec too: there a
+//! response that does not decode (a broken server, or a proxy) stays INTERNAL, as prost has it,
+//! so that a caller never reads "fix your request" for a call that may have taken effect.
 
 use std::marker::PhantomData;
 use tonic::Status;
@@ -55,11 +55,22 @@ impl<D: prost::Message + Default> Decoder for ProtoDecoder<D> {
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<D>, Status> {
         D::decode(buf)
             .map(Some)
-            .map_err(|error| invalid_encoding(short_type_name::<D>(), &error))
+            .map_err(|error| decode_error(short_type_name::<D>(), &error))
     }
 
     fn buffer_settings(&self) -> BufferSettings {
         self.0.buffer_settings()
+    }
+}
+
+/// The status for bytes that do not decode as `message`: the caller's fault for a request,
+/// the server's (or a proxy's) for a response.
+fn decode_error(message: &str, error: &prost::DecodeError) -> Status {
+    // Every request message of the contract is named `…Request` (buf lint's rule).
+    if message.ends_with("Request") {
+        invalid_encoding(message, error)
+    } else {
+        Status::internal(format!("a {message} that does not decode: {error}"))
     }
 }
 
@@ -135,7 +146,7 @@ mod tests {
 
     fn decode<D: Message + Default + std::fmt::Debug>(bytes: &[u8]) -> Status {
         let error = D::decode(bytes).expect_err("not a valid encoding");
-        invalid_encoding(short_type_name::<D>(), &error)
+        decode_error(short_type_name::<D>(), &error)
     }
 
     #[test]
@@ -175,6 +186,16 @@ mod tests {
         let violations = status.get_details_bad_request().unwrap().field_violations;
         assert_eq!(violations[0].field, "intent", "{violations:?}");
         assert!(status.message().starts_with("intent: "), "{status:?}");
+    }
+
+    #[test]
+    fn a_response_that_does_not_decode_stays_internal() {
+        let error = pb::GetOperationResponse::decode(&[0x0a, 0x05, b'a'][..]).unwrap_err();
+        let status = decode_error(short_type_name::<pb::GetOperationResponse>(), &error);
+        assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+        let error = pb::GetOperationRequest::decode(&[0x0a, 0x05, b'a'][..]).unwrap_err();
+        let status = decode_error(short_type_name::<pb::GetOperationRequest>(), &error);
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
     }
 
     #[test]

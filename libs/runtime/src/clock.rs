@@ -1,6 +1,6 @@
 //! The time decisions are made with. Decisions compare "now" with times recorded in the store
 //! (when an attempt was sent, when a spend was recorded): a step of the system clock while a
-//! process runs (NTP correcting a wrong clock, a VM resumed, an operator's `date -s`) would
+//! process runs (NTP correcting a wrong clock, an operator's `date -s`) would
 //! move every one of them at once. A step forward would make every waiting fee bump due
 //! together and push recorded spends out of a policy's rolling window early; a step back
 //! would stall every resend until the clock caught up.
@@ -8,7 +8,10 @@
 //! So a process reads the wall clock once, at start, and from then on counts forward with the
 //! monotonic clock, which no step moves. A step of the system clock takes effect at the next
 //! start. Times recorded by other replicas still carry their hosts' clocks: keep hosts in sync
-//! with NTP (skew, unlike a step, is small).
+//! with NTP (skew, unlike a step, is small). Two limits: the monotonic clock does not count
+//! time a host spends suspended, so after a suspend this clock runs behind until the next
+//! start (decisions then come late, never early); and a process started on a wrong clock keeps
+//! it until restarted.
 
 use std::time::{Instant, SystemTime};
 

@@ -183,7 +183,10 @@ impl SolanaRpc {
                 .map(str::to_owned)
                 .ok_or_else(|| RpcError::Malformed {
                     endpoint: endpoint.clone(),
-                    message: format!("not a signature: {v}"),
+                    message: format!(
+                        "not a signature: {}",
+                        sigcast_jsonrpc::quoted(&v.to_string())
+                    ),
                 })
         });
         SendAttempt { endpoint, result }

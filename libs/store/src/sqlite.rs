@@ -44,10 +44,27 @@ impl SqliteBackend {
                 reason: format!("creating directory {}: {e}", dir.display()),
             })?;
         }
+        // SQLite reads a limit of 0 as "no change": refused rather than silently unlimited.
+        let max_pages = match max_size_mb {
+            None => None,
+            Some(mb) => match mb.checked_mul(1 << 20) {
+                Some(bytes) if mb > 0 => Some(bytes / PAGE_BYTES),
+                _ => {
+                    return Err(Error::Open {
+                        backend: "sqlite",
+                        location: path.display().to_string(),
+                        reason: format!(
+                            "max_size_mb must be from 1 to {}, not {mb}",
+                            u64::MAX >> 20
+                        ),
+                    });
+                }
+            },
+        };
         let backend = Self {
             path: path.to_owned(),
             busy_timeout,
-            max_pages: max_size_mb.map(|mb| (mb << 20) / PAGE_BYTES),
+            max_pages,
             idle: Mutex::new(Vec::new()),
         };
         // Processes started together on a new file (a Pod's containers) race to switch it to

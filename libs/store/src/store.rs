@@ -45,7 +45,8 @@ pub struct StoreConfig {
     pub max_concurrency: usize,
     /// SQLite: the most the database file may grow to, in MiB; none: until the disk is full.
     /// A write past it fails exactly as on a full disk (UNAVAILABLE, nothing accepted, reads
-    /// go on), with room left on the volume for the write-ahead log to be checkpointed.
+    /// go on), with room left on the volume for the write-ahead log to be checkpointed. It
+    /// binds the writes of the process that sets it: give every service the same value.
     pub max_size_mb: Option<u64>,
 }
 

@@ -257,6 +257,22 @@ impl Worker {
             .iter()
             .map(|(name, chain)| (name.as_str(), chain.endpoints()))
             .collect();
+        // Each EVM endpoint's chain id, asked once here (and kept by the pass's cache), not by
+        // every operation of the pass at once.
+        if !sent.is_empty() {
+            for (name, chain_endpoints) in &endpoints {
+                if name.starts_with("eip155:") {
+                    for endpoint in chain_endpoints {
+                        let _ = sigcast_jsonrpc::Endpoint::request(
+                            endpoint,
+                            "eth_chainId",
+                            serde_json::json!([]),
+                        )
+                        .await;
+                    }
+                }
+            }
+        }
         let endpoints = &endpoints;
         futures::stream::iter(sent)
             .for_each_concurrent(self.concurrency, |op| async move {

@@ -3,6 +3,7 @@
 //! runs, and set beside what the store says. It writes nothing: settling the operation stays
 //! the broadcaster's job, which it does from the same evidence on its next pass.
 
+use sigcast_jsonrpc::Endpoint;
 use anyhow::{Context, Result, bail};
 use sigcast_domain::{Chain, OperationState};
 use sigcast_evm::{Address, B256, EvmRpc};
@@ -42,7 +43,7 @@ pub(crate) async fn reconcile(
         ..Rules::default()
     };
     let (evidence, facts, attempts) = match Chain::parse(&op.chain) {
-        Ok(Chain::Evm { .. }) => evm(op, &EvmRpc::new(urls, timeout)?).await?,
+        Ok(Chain::Evm { chain_id }) => evm(op, chain_id, &EvmRpc::new(urls, timeout)?).await?,
         Ok(Chain::Solana { .. }) => solana(op, &SolanaRpc::new(urls, timeout)?).await?,
         Err(rule) => bail!("chain {}: {rule}", op.chain),
     };
@@ -60,7 +61,7 @@ fn state(op: &pb::Operation) -> &'static str {
 
 type Read = (Evidence, Vec<(String, String)>, Vec<(String, String)>);
 
-async fn evm(op: &pb::Operation, rpc: &EvmRpc) -> Result<Read> {
+async fn evm(op: &pb::Operation, chain_id: u64, rpc: &EvmRpc) -> Result<Read> {
     let account: Address = op.account.parse().context("the operation's account")?;
     let nonce =
         sigcast_protocol::evm::nonce_of(op).context("an EVM operation without its nonce")?;
@@ -72,6 +73,25 @@ async fn evm(op: &pb::Operation, rpc: &EvmRpc) -> Result<Read> {
     let mut facts = vec![("operation nonce".to_owned(), nonce.to_string())];
     let mut views: Vec<EvmView> = Vec::new();
     for endpoint in rpc.ranked_endpoints() {
+        // An endpoint of another chain shows another account history: never evidence.
+        let served = endpoint
+            .request("eth_chainId", serde_json::json!([]))
+            .await
+            .map(|value| sigcast_jsonrpc::quantity(&value));
+        match served {
+            Ok(Some(served)) if served == chain_id => {}
+            Ok(served) => {
+                facts.push((
+                    format!("{} serves", endpoint.label()),
+                    format!("chain {served:?}, not {chain_id}: not read"),
+                ));
+                continue;
+            }
+            Err(error) => {
+                facts.push(("unreadable".into(), error.to_string()));
+                continue;
+            }
+        }
         match sigcast_evm::evidence::read_view(&endpoint, account, nonce, &hashes).await {
             Ok(view) => views.push(view),
             Err(error) => facts.push(("unreadable".into(), error.to_string())),

@@ -52,11 +52,22 @@ pub struct Gateway {
 /// name stays SERVING meanwhile: reads (Get, Watch, List) go on while the store is full.
 pub(crate) const STORE_HEALTH: &str = "sigcast.store";
 
-/// Whether the last write found room in the store, reported as [`STORE_HEALTH`].
-#[derive(Clone, Default)]
+/// Whether the last write found room in the store, reported as [`STORE_HEALTH`]. The flag
+/// and its report change together, under one lock: two writes finishing at once (one full,
+/// one not) could otherwise report in the opposite order and leave the health stale.
+#[derive(Clone)]
 pub(crate) struct StoreHealth {
     reporter: Option<tonic_health::server::HealthReporter>,
-    writable: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    writable: std::sync::Arc<tokio::sync::Mutex<bool>>,
+}
+
+impl Default for StoreHealth {
+    fn default() -> Self {
+        Self {
+            reporter: None,
+            writable: std::sync::Arc::new(tokio::sync::Mutex::new(true)),
+        }
+    }
 }
 
 impl std::fmt::Debug for StoreHealth {
@@ -75,12 +86,11 @@ impl StoreHealth {
             Err(error) if error.is_full() => false,
             Err(_) => return,
         };
-        let was = self
-            .writable
-            .swap(writable, std::sync::atomic::Ordering::Relaxed);
-        if was == writable {
+        let mut current = self.writable.lock().await;
+        if *current == writable {
             return;
         }
+        *current = writable;
         if writable {
             tracing::info!("the store takes writes again");
         } else {
@@ -188,7 +198,7 @@ impl Gateway {
     pub fn with_store_health(mut self, reporter: tonic_health::server::HealthReporter) -> Self {
         self.store_health = StoreHealth {
             reporter: Some(reporter),
-            writable: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            ..StoreHealth::default()
         };
         self
     }

@@ -46,11 +46,14 @@ pub struct Pkcs11Config {
 pub struct TokenError {
     doing: String,
     reason: String,
+    /// The token refused the PIN (wrong, locked or expired).
+    pin_refused: bool,
 }
 
 fn fail(doing: impl Into<String>) -> impl FnOnce(cryptoki::error::Error) -> TokenError {
     let doing = doing.into();
     move |e| TokenError {
+        pin_refused: false,
         doing,
         reason: e.to_string(),
     }
@@ -69,7 +72,21 @@ struct Live {
     slot: cryptoki::slot::Slot,
     config: Pkcs11Config,
     session: Mutex<Session>,
+    /// Counts sessions opened: a key whose handle was found in an older one finds it again
+    /// before signing (handles need not survive a new session, and an old number may name
+    /// another key by then).
+    generation: std::sync::atomic::AtomicU64,
+    /// When a new session was last opened, and whether the token refused the PIN then: each
+    /// failed login may count against the PIN's retry limit, so a refused PIN is not tried
+    /// again (the signer needs the operator), and logins are at least a second apart.
+    last_login: Mutex<(Option<std::time::Instant>, bool)>,
 }
+
+/// The least time between two logins after a lost session.
+const LOGIN_PACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A key's object handle, and the session generation it was found in.
+type Handle = Mutex<(u64, ObjectHandle)>;
 
 impl Live {
     /// A new session, logged in as the token's user (the PIN read again, held no longer).
@@ -81,6 +98,7 @@ impl Live {
         // Wiped from memory once the login is done (AuthPin wipes its own copy).
         let pin = crate::keys::read_secret(config.pin_file.as_deref(), "pin_file", PIN_ENV)
             .map_err(|reason| TokenError {
+                pin_refused: false,
                 doing: "reading the PIN".into(),
                 reason,
             })?;
@@ -98,7 +116,19 @@ impl Live {
                 _,
             ))
             | Ok(()) => Ok(session),
-            Err(error) => Err(fail("logging in")(error)),
+            Err(error) => {
+                use cryptoki::error::RvError as Rv;
+                let pin_refused = matches!(
+                    error,
+                    cryptoki::error::Error::Pkcs11(
+                        Rv::PinIncorrect | Rv::PinLocked | Rv::PinExpired | Rv::PinInvalid,
+                        _
+                    )
+                );
+                let mut error = fail("logging in")(error);
+                error.pin_refused = pin_refused;
+                Err(error)
+            }
         }
     }
 
@@ -107,22 +137,58 @@ impl Live {
     /// once more.
     fn sign(
         &self,
-        private: &Mutex<ObjectHandle>,
+        private: &Handle,
         find: impl Fn(&Session) -> Result<ObjectHandle, TokenError>,
         sign: impl Fn(&Session, ObjectHandle) -> cryptoki::error::Result<Vec<u8>>,
         doing: &str,
     ) -> Result<Vec<u8>, TokenError> {
+        use std::sync::atomic::Ordering;
         let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
-        let handle = *private.lock().unwrap_or_else(|p| p.into_inner());
+        let handle = {
+            let mut held = private.lock().unwrap_or_else(|p| p.into_inner());
+            let generation = self.generation.load(Ordering::Acquire);
+            if held.0 != generation {
+                *held = (generation, find(&session)?);
+            }
+            held.1
+        };
         match sign(&session, handle) {
             Err(error) if session_lost(&error) => {
                 tracing::warn!(%error, "PKCS#11 session lost; opening a new one");
-                *session = Self::log_in(&self.pkcs11, self.slot, &self.config)?;
+                *session = self.log_in_again()?;
+                let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
                 let handle = find(&session)?;
-                *private.lock().unwrap_or_else(|p| p.into_inner()) = handle;
+                *private.lock().unwrap_or_else(|p| p.into_inner()) = (generation, handle);
                 sign(&session, handle).map_err(fail(doing))
             }
             other => other.map_err(fail(doing)),
+        }
+    }
+
+    /// A new session after a lost one, unless the token refused the PIN before or the last
+    /// login was under [`LOGIN_PACE`] ago (then this signature fails, and nothing is signed).
+    fn log_in_again(&self) -> Result<Session, TokenError> {
+        let mut last = self.last_login.lock().unwrap_or_else(|p| p.into_inner());
+        let refuse = |reason: &str| TokenError {
+            pin_refused: false,
+            doing: "opening a new session".into(),
+            reason: reason.into(),
+        };
+        if last.1 {
+            return Err(refuse(
+                "the token refused the PIN at the last login; not trying again (each try may count against its retry limit): fix the PIN and restart the signer",
+            ));
+        }
+        if last.0.is_some_and(|at| at.elapsed() < LOGIN_PACE) {
+            return Err(refuse("logged in again under a second ago; try later"));
+        }
+        last.0 = Some(std::time::Instant::now());
+        match Self::log_in(&self.pkcs11, self.slot, &self.config) {
+            Err(error) if error.pin_refused => {
+                last.1 = true;
+                Err(error)
+            }
+            other => other,
         }
     }
 }
@@ -165,6 +231,7 @@ impl Token {
                     .is_ok_and(|info| info.label() == config.token_label)
             })
             .ok_or_else(|| TokenError {
+                pin_refused: false,
                 doing: format!("finding token {:?}", config.token_label),
                 reason: "no such token".into(),
             })?;
@@ -175,6 +242,8 @@ impl Token {
                 slot,
                 config: config.clone(),
                 session: Mutex::new(session),
+                generation: std::sync::atomic::AtomicU64::new(0),
+                last_login: Mutex::new((None, false)),
             }),
         })
     }
@@ -325,7 +394,7 @@ impl Token {
             .map(|(label, private, public)| {
                 Ok(TokenEd25519Key {
                     live: self.live.clone(),
-                    private: Mutex::new(private),
+                    private: Mutex::new((0, private)),
                     public_key: ed25519_public_key(&session, public)?,
                     label,
                 })
@@ -341,7 +410,7 @@ impl Token {
             .map(|(label, private, public)| {
                 Ok(TokenKey {
                     live: self.live.clone(),
-                    private: Mutex::new(private),
+                    private: Mutex::new((0, private)),
                     address: address_of(&session, public)?,
                     label,
                 })
@@ -353,6 +422,7 @@ impl Token {
 /// A key no longer in the token after a new session was opened.
 fn gone(label: &str) -> TokenError {
     TokenError {
+        pin_refused: false,
         doing: "finding the key again in a new session".into(),
         reason: format!("key {label:?} is no longer in the token"),
     }
@@ -366,6 +436,7 @@ fn ec_point(session: &Session, public: ObjectHandle) -> Result<Vec<u8>, TokenErr
     match attributes.into_iter().next() {
         Some(Attribute::EcPoint(der)) => Ok(der),
         _ => Err(TokenError {
+            pin_refused: false,
             doing: "reading a public key".into(),
             reason: "no EC point".into(),
         }),
@@ -381,6 +452,7 @@ fn address_of(session: &Session, public: ObjectHandle) -> Result<Address, TokenE
         raw if raw.len() == 65 => raw,
         _ => {
             return Err(TokenError {
+                pin_refused: false,
                 doing: "reading a public key".into(),
                 reason: "not an uncompressed point".into(),
             });
@@ -397,6 +469,7 @@ fn ed25519_public_key(session: &Session, public: ObjectHandle) -> Result<[u8; 32
         raw if raw.len() == 32 => raw,
         _ => {
             return Err(TokenError {
+                pin_refused: false,
                 doing: "reading a public key".into(),
                 reason: "not an Ed25519 point".into(),
             });
@@ -410,7 +483,7 @@ fn ed25519_public_key(session: &Session, public: ObjectHandle) -> Result<[u8; 32
 /// An Ed25519 key in the token (Solana).
 pub struct TokenEd25519Key {
     live: Arc<Live>,
-    private: Mutex<ObjectHandle>,
+    private: Handle,
     /// Its public key (the Solana account).
     pub public_key: [u8; 32],
     /// Its label in the token.
@@ -438,17 +511,32 @@ impl TokenEd25519Key {
             },
             "signing with Ed25519",
         )?;
-        raw.try_into().map_err(|raw: Vec<u8>| TokenError {
+        let signature: [u8; 64] = raw.try_into().map_err(|raw: Vec<u8>| TokenError {
+            pin_refused: false,
             doing: "signing with Ed25519".into(),
             reason: format!("{} bytes, not 64", raw.len()),
-        })
+        })?;
+        // Checked against the key's own public half: a signature by any other key (a handle
+        // that came to name another object) must never be stored as this account's.
+        let verifies = ed25519_dalek::VerifyingKey::from_bytes(&self.public_key).is_ok_and(|key| {
+            key.verify_strict(message, &ed25519_dalek::Signature::from_bytes(&signature))
+                .is_ok()
+        });
+        if !verifies {
+            return Err(TokenError {
+                pin_refused: false,
+                doing: "signing with Ed25519".into(),
+                reason: "the token's signature does not verify under the key's public key".into(),
+            });
+        }
+        Ok(signature)
     }
 }
 
 /// One key in the token.
 pub struct TokenKey {
     live: Arc<Live>,
-    private: Mutex<ObjectHandle>,
+    private: Handle,
     /// Its account.
     pub address: Address,
     /// Its label in the token.
@@ -474,6 +562,7 @@ impl TokenKey {
         )?;
         if raw.len() != 64 {
             return Err(TokenError {
+                pin_refused: false,
                 doing: "signing".into(),
                 reason: format!("{} bytes, not r‖s", raw.len()),
             });
@@ -492,6 +581,7 @@ impl TokenKey {
                     .is_ok_and(|a| a == self.address)
             })
             .ok_or_else(|| TokenError {
+                pin_refused: false,
                 doing: "signing".into(),
                 reason: "no recovery id yields the key's address".into(),
             })

@@ -415,6 +415,10 @@ fn a_lost_token_session_is_reopened_and_the_next_signatures_succeed() {
         ),
         "signs as its own account after reopening"
     );
-    sol.sign(b"after")
+    let signature = sol
+        .sign(b"after")
         .expect("Ed25519 signing after the session was lost");
+    let key = ed25519_dalek::VerifyingKey::from_bytes(&sol.public_key).unwrap();
+    key.verify_strict(b"after", &ed25519_dalek::Signature::from_bytes(&signature))
+        .expect("signed by its own key");
 }

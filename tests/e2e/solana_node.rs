@@ -40,6 +40,8 @@ struct Chain {
     /// The oldest slot this node's history reaches (`minimumLedgerSlot`,
     /// `getFirstAvailableBlock`): a pruned node answers a later one.
     first_available_slot: u64,
+    /// Its genesis hash (`getGenesisHash`): each node a cluster of its own.
+    genesis: Hash,
 }
 
 impl Chain {
@@ -89,6 +91,7 @@ impl SolanaNode {
             statuses: HashMap::new(),
             nonces_advanced: HashSet::new(),
             first_available_slot: 0,
+            genesis: Hash::new_from_array(rand::random()),
         };
         chain.tick();
         let chain = Arc::new(Mutex::new(chain));
@@ -235,6 +238,7 @@ fn pubkey_param(params: &Value, index: usize) -> Result<Pubkey, (i64, String)> {
 fn handle(chain: &mut Chain, method: &str, params: &Value) -> RpcResult {
     match method {
         "getSlot" | "getBlockHeight" => Ok(json!(chain.slot)),
+        "getGenesisHash" => Ok(json!(chain.genesis.to_string())),
         "minimumLedgerSlot" | "getFirstAvailableBlock" => Ok(json!(chain.first_available_slot)),
         "getLatestBlockhash" => {
             let (hash, last_valid) = *chain.blockhashes.back().expect("a blockhash");

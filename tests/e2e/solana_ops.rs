@@ -174,7 +174,7 @@ async fn kill_nine_of_signer_and_broadcaster_during_three_hundred_sol_transfers(
     let planned = fund_and_submit(&node, &stack, "killed-sol", 300).await;
     let mut kills = 0;
     while kills < 20 {
-        tokio::time::sleep(Duration::from_millis(rng.gen_range(100..800))).await;
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(20..200))).await;
         // Only while operations are between signing and confirmation: a kill of an idle
         // stack proves nothing.
         if crate::evm::in_flight(&stack).await == 0 {

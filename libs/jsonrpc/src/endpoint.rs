@@ -84,6 +84,7 @@ fn reusable_for(method: &str, params: &Value) -> Option<std::time::Duration> {
         | "eth_getTransactionCount"
         | "eth_chainId"
         | "getFirstAvailableBlock"
+        | "getGenesisHash"
         | "minimumLedgerSlot" => Some(std::time::Duration::MAX),
         _ => None,
     }

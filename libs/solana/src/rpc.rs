@@ -48,14 +48,72 @@ fn account_params(account: &[u8; 32]) -> Value {
     ])
 }
 
-/// The endpoints of one Solana cluster.
+/// The endpoints of one Solana cluster, and the genesis hash that names it.
 #[derive(Debug)]
-pub struct SolanaRpc(RpcPool);
+pub struct SolanaRpc(RpcPool, Genesis);
 
 impl std::ops::Deref for SolanaRpc {
     type Target = RpcPool;
     fn deref(&self) -> &RpcPool {
         &self.0
+    }
+}
+
+/// The genesis hashes of Solana's public clusters, by the names intents use.
+pub fn known_genesis_hash(cluster: &str) -> Option<&'static str> {
+    match cluster {
+        "mainnet-beta" | "mainnet" => Some("5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d"),
+        "devnet" => Some("EtWTRABZaYq6iMfeYKouRu166VU2xqa1wcaWoxPkrZBG"),
+        "testnet" => Some("4uhcVJyU9pJkvQyS88uRDiswHXSCkY3zQawwpjk2NsNY"),
+        _ => None,
+    }
+}
+
+/// The cluster an endpoint must serve for its answers to count: a genesis hash configured or
+/// known for the cluster's name, else the first one an endpoint of the cluster answered.
+/// An endpoint of another cluster (a load balancer or a DNS name moved) shows other block
+/// heights and no trace of our signatures: taken as evidence, that reads as "expired, never
+/// landed", and a re-sign could apply an operation twice.
+#[derive(Debug, Default)]
+struct Genesis(std::sync::OnceLock<String>);
+
+impl SolanaRpc {
+    /// Expects the endpoints to serve the cluster whose genesis hash is `configured`, else
+    /// the one [`known_genesis_hash`] gives for `cluster`, else the first one answered.
+    pub fn expecting_cluster(self, cluster: &str, configured: Option<&str>) -> Self {
+        if let Some(hash) = configured.or_else(|| known_genesis_hash(cluster)) {
+            let _ = self.1.0.set(hash.to_owned());
+        }
+        self
+    }
+
+    /// Whether `endpoint` serves this cluster (its `getGenesisHash`, kept for a pass by a
+    /// pass cache). Unreadable: not known to, so no.
+    pub async fn serves_cluster(&self, endpoint: &impl sigcast_jsonrpc::Endpoint) -> bool {
+        let Ok(value) = endpoint.request("getGenesisHash", json!([])).await else {
+            return false;
+        };
+        let Some(answered) = value.as_str() else {
+            return false;
+        };
+        let expected = self.1.0.get_or_init(|| {
+            tracing::info!(
+                endpoint = endpoint.label(),
+                genesis = answered,
+                "cluster pinned to the first genesis hash answered"
+            );
+            answered.to_owned()
+        });
+        if expected != answered {
+            tracing::warn!(
+                endpoint = endpoint.label(),
+                answered,
+                expected = expected.as_str(),
+                "endpoint serves another cluster; its answers are not evidence"
+            );
+            return false;
+        }
+        true
     }
 }
 
@@ -87,7 +145,7 @@ fn parse_statuses(value: &Value) -> Option<Vec<Option<SignatureStatus>>> {
 impl SolanaRpc {
     /// A pool over `urls`; each request times out after `timeout`.
     pub fn new(urls: &[String], timeout: Duration) -> Result<Self> {
-        Ok(Self(RpcPool::new(urls, timeout)?))
+        Ok(Self(RpcPool::new(urls, timeout)?, Genesis::default()))
     }
 
     /// The latest blockhash at `confirmed` commitment, its last valid block height, and the

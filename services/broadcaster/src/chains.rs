@@ -73,7 +73,11 @@ pub(crate) enum View {
 
 /// Reads `op`'s evidence from `endpoint`; `None` if even its head could not be read, or if
 /// the endpoint does not serve the operation's chain.
-pub(crate) async fn read_view(endpoint: &impl Endpoint, op: &pb::Operation) -> Option<View> {
+pub(crate) async fn read_view(
+    endpoint: &impl Endpoint,
+    op: &pb::Operation,
+    chain: &Chain,
+) -> Option<View> {
     match ChainId::parse(&op.chain).ok()? {
         ChainId::Evm { chain_id } => {
             // Asked of this endpoint (once a pass, cached): the one checked at start may since
@@ -120,6 +124,21 @@ pub(crate) async fn read_view(endpoint: &impl Endpoint, op: &pb::Operation) -> O
             }
         }
         ChainId::Solana { .. } => {
+            // As for EVM above: an endpoint of another cluster would show our attempts
+            // nowhere and their blockhash expired.
+            if let Chain::Solana(rpc) = chain
+                && !rpc.serves_cluster(endpoint).await
+            {
+                metrics::inc(
+                    &metrics::metrics().rpc_requests,
+                    &[
+                        ("endpoint", endpoint.label()),
+                        ("method", "getGenesisHash"),
+                        ("result", "wrong_chain"),
+                    ],
+                );
+                return None;
+            }
             let signing = sigcast_protocol::solana::signing_of(op)?;
             let signatures: Vec<String> = op.attempts.iter().map(|a| a.tx_id.clone()).collect();
             let nonce_account: Option<[u8; 32]> =
@@ -149,6 +168,7 @@ mod tests {
     /// methods it was asked, in order.
     struct Node {
         chain_id: u64,
+        genesis: &'static str,
         asked: Mutex<Vec<String>>,
     }
 
@@ -161,6 +181,7 @@ mod tests {
             self.asked.lock().unwrap().push(method.to_owned());
             Ok(match method {
                 "eth_chainId" => json!(format!("0x{:x}", self.chain_id)),
+                "getGenesisHash" => json!(self.genesis),
                 "eth_getBlockByNumber" => json!({"number": "0x5", "hash": "0xb5"}),
                 "eth_getTransactionCount" => json!("0x9"),
                 _ => Value::Null,
@@ -178,13 +199,107 @@ mod tests {
         }
     }
 
+    fn evm() -> Chain {
+        Chain::Evm(
+            EvmRpc::new(
+                &["http://127.0.0.1:1".to_owned()],
+                std::time::Duration::from_secs(1),
+            )
+            .unwrap(),
+        )
+    }
+
+    fn solana(genesis: Option<&str>) -> Chain {
+        Chain::Solana(
+            SolanaRpc::new(
+                &["http://127.0.0.1:1".to_owned()],
+                std::time::Duration::from_secs(1),
+            )
+            .unwrap()
+            .expecting_cluster("localnet", genesis),
+        )
+    }
+
+    fn solana_op() -> pb::Operation {
+        pb::Operation {
+            op_id: "op-2".into(),
+            chain: "solana:localnet".into(),
+            account: "11111111111111111111111111111111".into(),
+            signing: Some(pb::operation::Signing::Solana(pb::SolanaSigning {
+                blockhash: "11111111111111111111111111111111".into(),
+                last_valid_block_height: 150,
+                nonce_account: String::new(),
+                signing_slot: 1,
+            })),
+            attempts: vec![pb::Attempt {
+                number: 1,
+                tx_id: "1111111111111111111111111111111111111111111111111111111111111111".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_of_another_solana_cluster_gives_no_evidence() {
+        let node = |genesis| Node {
+            chain_id: 0,
+            genesis,
+            asked: Mutex::default(),
+        };
+        // Configured (or known by name): another genesis is refused, before anything else.
+        let other = node("GenesisOfAnotherCluster");
+        assert!(
+            read_view(&other, &solana_op(), &solana(Some("OurGenesis")))
+                .await
+                .is_none()
+        );
+        assert_eq!(*other.asked.lock().unwrap(), ["getGenesisHash"]);
+        assert!(
+            read_view(
+                &node("OurGenesis"),
+                &solana_op(),
+                &solana(Some("OurGenesis"))
+            )
+            .await
+            .is_some()
+        );
+        // Not configured: pinned to the first answer; another cluster's endpoint then refused.
+        let pinned = solana(None);
+        assert!(
+            read_view(&node("First"), &solana_op(), &pinned)
+                .await
+                .is_some()
+        );
+        assert!(
+            read_view(&node("Second"), &solana_op(), &pinned)
+                .await
+                .is_none()
+        );
+        // devnet is known by name.
+        let devnet = Chain::Solana(
+            SolanaRpc::new(
+                &["http://127.0.0.1:1".to_owned()],
+                std::time::Duration::from_secs(1),
+            )
+            .unwrap()
+            .expecting_cluster("devnet", None),
+        );
+        assert!(
+            read_view(&node("First"), &solana_op(), &devnet)
+                .await
+                .is_none()
+        );
+    }
+
     #[tokio::test]
     async fn an_endpoint_serving_another_chain_gives_no_evidence() {
         let node = Node {
             chain_id: 1,
+            genesis: "",
             asked: Mutex::default(),
         };
-        assert!(read_view(&node, &op()).await.is_none());
+        assert!(read_view(&node, &op(), &evm()).await.is_none());
         assert_eq!(*node.asked.lock().unwrap(), ["eth_chainId"]);
     }
 
@@ -192,9 +307,10 @@ mod tests {
     async fn an_endpoint_serving_the_operation_s_chain_is_read() {
         let node = Node {
             chain_id: 31337,
+            genesis: "",
             asked: Mutex::default(),
         };
-        let Some(View::Evm(view)) = read_view(&node, &op()).await else {
+        let Some(View::Evm(view)) = read_view(&node, &op(), &evm()).await else {
             panic!("no view");
         };
         assert_eq!(view.head.number, 5);

@@ -80,6 +80,11 @@ pub struct SolanaClusterConfig {
     pub cluster: String,
     /// JSON-RPC endpoints: reads hedged across them, each send to one.
     pub rpc_urls: Vec<String>,
+    /// The cluster's genesis hash (base58): an endpoint answering another is never
+    /// evidence. Default: the known hash of mainnet-beta, devnet or testnet by name, else the
+    /// first one an endpoint answers.
+    #[serde(default)]
+    pub genesis_hash: Option<String>,
 }
 
 /// One EVM chain.

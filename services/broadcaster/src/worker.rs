@@ -65,7 +65,10 @@ impl Worker {
         for cluster in &config.solana_clusters {
             chains.insert(
                 format!("solana:{}", cluster.cluster),
-                Chain::Solana(SolanaRpc::new(&cluster.rpc_urls, timeout)?),
+                Chain::Solana(
+                    SolanaRpc::new(&cluster.rpc_urls, timeout)?
+                        .expecting_cluster(&cluster.cluster, cluster.genesis_hash.as_deref()),
+                ),
             );
         }
         Ok(Self {
@@ -296,12 +299,15 @@ impl Worker {
         op: pb::Operation,
         endpoints: &[sigcast_jsonrpc::PassCache<sigcast_jsonrpc::PoolEndpoint<'_>>],
     ) {
+        let Some(chain) = self.chains.get(&op.chain) else {
+            return;
+        };
         let mut evidence = Evidence::None;
         let mut action = decide(&op, &evidence, self.clock.now(), &self.rules);
         let mut next = endpoints.iter();
         while let Action::ReadMore(_) = action {
             let Some(endpoint) = next.next() else { break };
-            match chains::read_view(endpoint, &op).await {
+            match chains::read_view(endpoint, &op, chain).await {
                 Some(View::Evm(view)) => match &mut evidence {
                     Evidence::Evm(views) => views.push(view),
                     _ => evidence = Evidence::Evm(vec![view]),

@@ -3,10 +3,10 @@
 //! runs, and set beside what the store says. It writes nothing: settling the operation stays
 //! the broadcaster's job, which it does from the same evidence on its next pass.
 
-use sigcast_jsonrpc::Endpoint;
 use anyhow::{Context, Result, bail};
 use sigcast_domain::{Chain, OperationState};
 use sigcast_evm::{Address, B256, EvmRpc};
+use sigcast_jsonrpc::Endpoint;
 use sigcast_proto::{pb, state_from_proto};
 use sigcast_protocol::{Action, Evidence, EvmView, Rules, SolanaView, judge};
 use sigcast_solana::SolanaRpc;

@@ -109,6 +109,11 @@ pub struct SolanaClusterConfig {
     /// n-th attempt pays n times this.
     #[serde(default)]
     pub compute_unit_price_micro_lamports: u64,
+    /// The cluster's genesis hash (base58): an endpoint answering another never proves an
+    /// attempt expired. Default: the known hash of mainnet-beta, devnet or testnet by name,
+    /// else the first one an endpoint answers.
+    #[serde(default)]
+    pub genesis_hash: Option<String>,
 }
 
 /// One EVM chain.

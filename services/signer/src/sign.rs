@@ -239,7 +239,8 @@ impl Signer {
             solana.insert(
                 cluster.cluster.clone(),
                 (
-                    SolanaRpc::new(&cluster.rpc_urls, timeout)?,
+                    SolanaRpc::new(&cluster.rpc_urls, timeout)?
+                        .expecting_cluster(&cluster.cluster, cluster.genesis_hash.as_deref()),
                     cluster.compute_unit_price_micro_lamports,
                 ),
             );

@@ -112,6 +112,11 @@ impl Signer {
         let mut refusal = sigcast_protocol::Why::Unread;
         let mut proven = false;
         for endpoint in rpc.ranked_endpoints() {
+            // An endpoint of another cluster shows none of our attempts and their blockhash
+            // expired: never a proof.
+            if !rpc.serves_cluster(&endpoint).await {
+                continue;
+            }
             let view =
                 sigcast_solana::evidence::read_view(&endpoint, &signatures, nonce_account.as_ref())
                     .await;

@@ -448,6 +448,20 @@ async fn metrics_parse_as_prometheus_text_and_count_what_a_fault_run_did() {
         total(&broadcaster, "sigcast_operations_in_flight", &[]),
         0.0
     );
+    // Every service says what build it runs.
+    for (name, service) in [
+        ("gateway", "sigcast-gateway"),
+        ("signer-0", "sigcast-signer"),
+        ("broadcaster-0", "sigcast-broadcaster"),
+    ] {
+        let scraped = scrape(stack.metrics_addr(name)).await;
+        let label = format!("service=\"{service}\"");
+        assert_eq!(
+            total(&scraped, "sigcast_build_info", &[label.as_str()]),
+            1.0,
+            "{name}: {scraped:?}"
+        );
+    }
     // Reads were timed per endpoint and method; the endpoint label carries no path.
     assert!(
         total(

@@ -144,6 +144,7 @@ pub fn init(
             .with_filter(filter)
             .boxed(),
     };
+    metrics::set_build_info(service);
     let provider = trace::provider(service, tracing)?;
     // Spans are exported whatever the log filter says: the sampler decides.
     let otel = provider.as_ref().map(|provider| {

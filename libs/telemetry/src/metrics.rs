@@ -51,6 +51,9 @@ pub struct Metrics {
     pub signatures: Family<Labels, Counter>,
     /// Signer refusals, by reason.
     pub signer_refusals: Family<Labels, Counter>,
+    /// The running build, by service and version: always 1 (joins other series to a version
+    /// in queries, and tells what runs where).
+    pub build_info: Family<Labels, Gauge>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -75,8 +78,14 @@ impl Metrics {
             nonce_lag: Family::default(),
             signatures: Family::default(),
             signer_refusals: Family::default(),
+            build_info: Family::default(),
         };
         let m = &metrics;
+        registry.register(
+            "build_info",
+            "The running build: service and version (always 1)",
+            m.build_info.clone(),
+        );
         registry.register(
             "submits",
             "SubmitOperation calls by result",
@@ -154,6 +163,17 @@ impl Metrics {
         encode(&mut text, &self.registry).expect("writing to a String cannot fail");
         text
     }
+}
+
+/// Records the running build of `service` in `build_info`.
+pub fn set_build_info(service: &str) {
+    metrics()
+        .build_info
+        .get_or_create(&vec![
+            ("service", service.to_owned()),
+            ("version", env!("CARGO_PKG_VERSION").to_owned()),
+        ])
+        .set(1);
 }
 
 /// The process's metrics.
@@ -237,6 +257,17 @@ pub async fn spawn(addr: Option<std::net::SocketAddr>) -> Result<(), crate::Erro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_build_is_exported_with_its_service_and_version() {
+        set_build_info("sigcast-test");
+        let text = metrics().render();
+        let line = format!(
+            "sigcast_build_info{{service=\"sigcast-test\",version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
+    }
 
     #[test]
     fn endpoint_labels_keep_no_path_query_or_credentials() {

@@ -136,6 +136,57 @@ impl Extractor for Carrier {
     }
 }
 
+/// The resource spans are exported with: what `detected` holds (the standard
+/// `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` among it) wins; else `service` as the
+/// name, this build's version, and an instance id unique to this process start (a process
+/// id alone is 1 in every container).
+fn resource(
+    service: &'static str,
+    detected: opentelemetry_sdk::Resource,
+) -> opentelemetry_sdk::Resource {
+    use opentelemetry::{Key, KeyValue};
+    let has = |key: &'static str| detected.get(&Key::from_static_str(key)).is_some();
+    let mut ours = Vec::new();
+    // The SDK fills in "unknown_service" when nothing names the service.
+    let named = std::env::var_os("OTEL_SERVICE_NAME").is_some()
+        || detected
+            .get(&Key::from_static_str("service.name"))
+            .is_some_and(|name| !name.as_str().starts_with("unknown_service"));
+    if !named {
+        ours.push(KeyValue::new("service.name", service));
+    }
+    if !has("service.version") {
+        ours.push(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")));
+    }
+    if !has("service.instance.id") {
+        ours.push(KeyValue::new("service.instance.id", instance_id()));
+    }
+    opentelemetry_sdk::Resource::builder_empty()
+        .with_attributes(
+            detected
+                .iter()
+                .map(|(k, v)| KeyValue::new(k.clone(), v.clone())),
+        )
+        .with_attributes(ours)
+        .build()
+}
+
+/// A random UUID (version 4), as OpenTelemetry's conventions suggest for an instance id.
+fn instance_id() -> String {
+    let mut bytes: [u8; 16] = rand::random();
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
 /// The tracer provider exporting over OTLP/gRPC, or `None` when no endpoint is configured.
 /// Only operations' spans are exported: a span with no operation above it is not sampled.
 pub(crate) fn provider(
@@ -161,13 +212,7 @@ pub(crate) fn provider(
     // The tonic exporter needs the tokio runtime: the batch processor runs on it.
     let processor =
         BatchSpanProcessor::builder(exporter, opentelemetry_sdk::runtime::Tokio).build();
-    let resource = opentelemetry_sdk::Resource::builder()
-        .with_service_name(service)
-        .with_attribute(opentelemetry::KeyValue::new(
-            "service.instance.id",
-            format!("{}-{}", service, std::process::id()),
-        ))
-        .build();
+    let resource = resource(service, opentelemetry_sdk::Resource::builder().build());
     Ok(Some(
         opentelemetry_sdk::trace::SdkTracerProvider::builder()
             .with_span_processor(processor)
@@ -180,6 +225,58 @@ pub(crate) fn provider(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn attribute(resource: &opentelemetry_sdk::Resource, key: &'static str) -> Option<String> {
+        resource
+            .get(&opentelemetry::Key::from_static_str(key))
+            .map(|v| v.as_str().into_owned())
+    }
+
+    #[test]
+    fn each_process_start_is_an_instance_of_its_own_with_this_build_s_version() {
+        let empty = opentelemetry_sdk::Resource::builder_empty().build();
+        let (a, b) = (
+            resource("sigcast-gateway", empty.clone()),
+            resource("sigcast-gateway", empty),
+        );
+        assert_eq!(
+            attribute(&a, "service.name").as_deref(),
+            Some("sigcast-gateway")
+        );
+        assert_eq!(
+            attribute(&a, "service.version").as_deref(),
+            Some(env!("CARGO_PKG_VERSION"))
+        );
+        let id = attribute(&a, "service.instance.id").unwrap();
+        assert_eq!(id.len(), 36, "{id}");
+        assert_ne!(Some(id), attribute(&b, "service.instance.id"));
+    }
+
+    #[test]
+    fn what_the_environment_sets_is_kept() {
+        // OTEL_RESOURCE_ATTRIBUTES as the SDK's detector reads it.
+        let detected = opentelemetry_sdk::Resource::builder_empty()
+            .with_attributes([
+                opentelemetry::KeyValue::new("service.instance.id", "pod-7"),
+                opentelemetry::KeyValue::new("service.name", "payments-signer"),
+                opentelemetry::KeyValue::new("deployment.environment.name", "prod"),
+            ])
+            .build();
+        let resource = resource("sigcast-signer", detected);
+        assert_eq!(
+            attribute(&resource, "service.instance.id").as_deref(),
+            Some("pod-7")
+        );
+        assert_eq!(
+            attribute(&resource, "service.name").as_deref(),
+            Some("payments-signer")
+        );
+        assert_eq!(
+            attribute(&resource, "deployment.environment.name").as_deref(),
+            Some("prod")
+        );
+        assert!(attribute(&resource, "service.version").is_some());
+    }
 
     /// Pinned across versions: an operation's spans from before and after an upgrade (a retry
     /// that outlives a deploy) must join one trace. Computed by an independent implementation

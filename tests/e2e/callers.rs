@@ -243,6 +243,45 @@ async fn callers_use_only_their_keys_see_only_their_operations_and_a_rotated_ca_
     };
     assert_eq!(listed(bob.clone()).await, ["bob-1"]);
     assert_eq!(listed(alice.clone()).await, ["alice-1"]);
+    // The operator CLI over mutual TLS, as Alice: her operation; without a certificate, no
+    // handshake, exit 4; as Bob, hers is not found, exit 3.
+    let cli = |who: Option<&str>| {
+        let mut command = std::process::Command::new(sigcast_e2e::binary("sigcast"));
+        command.args([
+            "--gateway",
+            &format!("https://{addr}"),
+            "--server-name",
+            "localhost",
+        ]);
+        command.arg("--ca").arg(pki.join("ca.pem"));
+        if let Some(who) = who {
+            command
+                .arg("--cert")
+                .arg(pki.join(format!("{who}.pem")))
+                .arg("--key")
+                .arg(pki.join(format!("{who}.key")));
+        }
+        command
+            .args(["--json", "op", "get", "alice-1"])
+            .output()
+            .unwrap()
+    };
+    let as_alice = cli(Some("alice"));
+    assert!(
+        as_alice.status.success(),
+        "{}",
+        String::from_utf8_lossy(&as_alice.stderr)
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&as_alice.stdout).unwrap();
+    assert_eq!(shown["opId"], "alice-1");
+    let anonymous = cli(None);
+    assert_eq!(
+        anonymous.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&anonymous.stderr)
+    );
+    assert_eq!(cli(Some("bob")).status.code(), Some(3));
     // Bob may not cancel at all.
     let no_cancel = bob
         .cancel_operation(pb::CancelOperationRequest {

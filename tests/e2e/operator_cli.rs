@@ -32,12 +32,14 @@ fn json(stack: &Stack, args: &[&str]) -> Value {
     serde_json::from_str(&ok(stack, &all)).unwrap()
 }
 
-fn fails(stack: &Stack, args: &[&str]) -> String {
+/// Runs a command that must fail with exit status `code`; its stderr.
+fn fails(stack: &Stack, code: i32, args: &[&str]) -> String {
     let output = sigcast(stack, args);
     assert_eq!(
         output.status.code(),
-        Some(1),
-        "sigcast {args:?} should fail"
+        Some(code),
+        "sigcast {args:?} should fail with {code}: {}",
+        String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8(output.stderr).unwrap()
 }
@@ -140,11 +142,18 @@ async fn the_operator_cli_inspects_watches_audits_reconciles_and_cancels() {
         "{keys}"
     );
 
-    // Refusals: the gRPC code and the server's message, exit 1.
-    assert!(fails(&stack, &["op", "cancel", "cli-a"]).contains("FailedPrecondition"));
-    assert!(fails(&stack, &["op", "get", "no-such-op"]).contains("NotFound"));
-    assert!(fails(&stack, &["op", "list", "--state", "bogus"]).contains("--state"));
-    assert!(fails(&stack, &["audit", "bad op id!"]).contains("InvalidArgument"));
+    // Refusals: the gRPC code and the server's message.
+    // Exit statuses a script can branch on: 5 refused, 3 not found, 1 any other error.
+    assert!(fails(&stack, 5, &["op", "cancel", "cli-a"]).contains("FailedPrecondition"));
+    assert!(fails(&stack, 3, &["op", "get", "no-such-op"]).contains("NotFound"));
+    assert!(fails(&stack, 1, &["op", "list", "--state", "bogus"]).contains("--state"));
+    assert!(fails(&stack, 5, &["audit", "bad op id!"]).contains("InvalidArgument"));
+    // 4: nothing listens there.
+    let unreachable = std::process::Command::new(sigcast_e2e::binary("sigcast"))
+        .args(["--gateway", "http://127.0.0.1:1", "op", "get", "cli-a"])
+        .output()
+        .unwrap();
+    assert_eq!(unreachable.status.code(), Some(4));
 
     // cancel before signing: at once. Stop the broadcaster so nothing signs it first.
     let mut stack = stack;
@@ -153,6 +162,11 @@ async fn the_operator_cli_inspects_watches_audits_reconciles_and_cancels() {
         .submit_operation(transfer("cli-c", DEV[0], &recipient(3), 1))
         .await
         .unwrap();
+    // 6: a watch whose --timeout passes before the operation is terminal.
+    assert!(
+        fails(&stack, 6, &["--timeout", "2", "op", "watch", "cli-c"]).contains("RECEIVED"),
+        "the state it was left in"
+    );
     let cancelled = json(&stack, &["op", "cancel", "cli-c"]);
     assert_eq!(cancelled["state"], "OPERATION_STATE_CANCELLED");
     let stored = client

@@ -10,10 +10,98 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
+/// How a command ended, for its exit status: scripts branch on these without parsing text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// No such operation (NOT_FOUND): exit 3.
+    NotFound,
+    /// The gateway could not be reached or answered UNAVAILABLE / DEADLINE_EXCEEDED, or the
+    /// command's `--timeout` passed: exit 4. Retrying later may succeed.
+    Unavailable,
+    /// The request was refused (INVALID_ARGUMENT, PERMISSION_DENIED, ALREADY_EXISTS,
+    /// FAILED_PRECONDITION, UNAUTHENTICATED, OUT_OF_RANGE): exit 5. Retrying will not help.
+    Refused,
+    /// A watch ended (its `--timeout`, or the stream) before the operation was terminal:
+    /// exit 6.
+    NotTerminal,
+}
+
+impl Outcome {
+    /// The process exit status.
+    pub(crate) fn exit_code(self) -> u8 {
+        match self {
+            Outcome::NotFound => 3,
+            Outcome::Unavailable => 4,
+            Outcome::Refused => 5,
+            Outcome::NotTerminal => 6,
+        }
+    }
+}
+
+/// An error that says how the command ended.
+#[derive(Debug)]
+pub(crate) struct Ended {
+    pub(crate) outcome: Outcome,
+    message: String,
+}
+
+impl std::fmt::Display for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Ended {}
+
+fn ended(outcome: Outcome, message: String) -> anyhow::Error {
+    anyhow::Error::new(Ended { outcome, message })
+}
+
 /// A gRPC error as the operator reads it: the code's name and the server's message.
 fn status(what: &str, status: tonic::Status) -> anyhow::Error {
-    anyhow!("{what}: {:?}: {}", status.code(), status.message())
+    use tonic::Code;
+    let mut message = format!("{what}: {:?}: {}", status.code(), status.message());
+    let outcome = match status.code() {
+        // The connection failed under the call (tonic reports it as UNKNOWN with its cause):
+        // over TLS most often a handshake the gateway refused.
+        Code::Unknown if std::error::Error::source(&status).is_some() => {
+            message.push_str(
+                " (the connection failed; over TLS, did the gateway refuse the client \
+                 certificate? check --cert and --key)",
+            );
+            Outcome::Unavailable
+        }
+        Code::NotFound => Outcome::NotFound,
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => Outcome::Unavailable,
+        Code::InvalidArgument
+        | Code::PermissionDenied
+        | Code::AlreadyExists
+        | Code::FailedPrecondition
+        | Code::Unauthenticated
+        | Code::OutOfRange => Outcome::Refused,
+        _ => return anyhow!(message),
+    };
+    ended(outcome, message)
 }
+
+/// How the CLI reaches the gateway: `--timeout`, and TLS (`--ca`, `--cert`, `--key`,
+/// `--server-name`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Connection {
+    /// Each call's deadline; a watch's too when given.
+    pub(crate) timeout: Option<Duration>,
+    /// CA of the gateway's certificate (PEM): TLS when set.
+    pub(crate) ca: Option<std::path::PathBuf>,
+    /// Client certificate and key (PEM), for a gateway that authenticates callers.
+    pub(crate) cert: Option<std::path::PathBuf>,
+    /// Its key.
+    pub(crate) key: Option<std::path::PathBuf>,
+    /// The name the gateway's certificate must carry, when not the address's host.
+    pub(crate) server_name: Option<String>,
+}
+
+/// Calls without `--timeout` wait this long.
+const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The gateway's APIs.
 pub(crate) struct Gateway {
@@ -22,13 +110,50 @@ pub(crate) struct Gateway {
 }
 
 impl Gateway {
-    pub(crate) async fn connect(url: &str) -> Result<Self> {
-        let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
+    pub(crate) async fn connect(url: &str, how: &Connection) -> Result<Self> {
+        let mut endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())
             .with_context(|| format!("gateway address {url:?}"))?
             .connect_timeout(Duration::from_secs(5))
-            .connect()
-            .await
-            .with_context(|| format!("connecting to the gateway at {url}"))?;
+            .timeout(how.timeout.unwrap_or(DEFAULT_CALL_TIMEOUT));
+        if how.ca.is_some() || url.starts_with("https://") {
+            let read = |p: &std::path::Path| {
+                std::fs::read(p).with_context(|| format!("reading {}", p.display()))
+            };
+            // No system trust store is built in: a deployment's gateway certificate comes
+            // from its own CA.
+            let Some(ca) = &how.ca else {
+                bail!("an https gateway needs --ca (the CA that issued its certificate)");
+            };
+            let mut tls = tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
+            match (&how.cert, &how.key) {
+                (Some(cert), Some(key)) => {
+                    tls = tls.identity(tonic::transport::Identity::from_pem(
+                        read(cert)?,
+                        read(key)?,
+                    ));
+                }
+                (None, None) => {}
+                _ => bail!("--cert and --key go together"),
+            }
+            if let Some(name) = &how.server_name {
+                tls = tls.domain_name(name.clone());
+            }
+            endpoint = endpoint.tls_config(tls).context("TLS settings")?;
+        }
+        let channel = endpoint.connect().await.map_err(|error| {
+            // The error and its causes on one line, as anyhow's `{:#}` prints them.
+            let mut text = error.to_string();
+            let mut source = std::error::Error::source(&error);
+            while let Some(cause) = source {
+                text.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            ended(
+                Outcome::Unavailable,
+                format!("connecting to the gateway at {url}: {text}"),
+            )
+        })?;
         Ok(Self {
             operations: OperationServiceClient::new(channel.clone()),
             operator: OperatorServiceClient::new(channel),
@@ -122,7 +247,20 @@ impl Gateway {
 
     /// Prints each revision until the operation is terminal; on a terminal, a line on stderr
     /// says how long it has been waiting meanwhile.
-    pub(crate) async fn watch(&mut self, op_id: &str, out: &crate::output::Output) -> Result<()> {
+    pub(crate) async fn watch(
+        &mut self,
+        op_id: &str,
+        out: &crate::output::Output,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let until = async move {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(until);
         let mut stream = self
             .operations
             .watch_operation(pb::WatchOperationRequest {
@@ -150,6 +288,16 @@ impl Gateway {
                         None => break,
                     }
                 }
+                () = &mut until => {
+                    if progress {
+                        eprint!("\r\x1b[K");
+                    }
+                    let state = last.as_ref().map_or("not seen", |op| crate::output::state(op));
+                    return Err(ended(
+                        Outcome::NotTerminal,
+                        format!("--timeout passed with {op_id} still {state}"),
+                    ));
+                }
                 _ = tick.tick(), if progress => {
                     let state = last.as_ref().map_or("?", |op| crate::output::state(op));
                     eprint!("\r\x1b[Kwaiting {}s · {state}", started.elapsed().as_secs());
@@ -161,10 +309,13 @@ impl Gateway {
         }
         match last {
             Some(op) if crate::output::is_terminal(&op) => Ok(()),
-            Some(op) => bail!(
-                "the stream ended with {op_id} still {}",
-                crate::output::state(&op)
-            ),
+            Some(op) => Err(ended(
+                Outcome::NotTerminal,
+                format!(
+                    "the stream ended with {op_id} still {}",
+                    crate::output::state(&op)
+                ),
+            )),
             None => bail!("the stream ended before any revision of {op_id}"),
         }
     }

@@ -17,7 +17,14 @@ use clap::{Parser, Subcommand};
 
 /// sigcast operator tools.
 #[derive(Debug, Parser)]
-#[command(name = "sigcast", version)]
+#[command(
+    name = "sigcast",
+    version,
+    after_help = "Exit status: 0 done; 1 any other error; 2 bad arguments; 3 not found; \
+                  4 gateway unreachable, unavailable or timed out (retry later); 5 refused \
+                  (invalid, denied, conflicting or in the wrong state); 6 not terminal when \
+                  `op watch` ended (its --timeout)."
+)]
 struct Args {
     /// The gateway.
     #[arg(
@@ -30,6 +37,22 @@ struct Args {
     /// Print JSON (protobuf's JSON mapping) instead of tables.
     #[arg(long, global = true)]
     json: bool,
+    /// Seconds each call may take (default 30); for `op watch`, how long to wait for a
+    /// terminal state (default: until it is one).
+    #[arg(long, global = true)]
+    timeout: Option<u64>,
+    /// CA of the gateway's certificate (PEM): TLS to the gateway.
+    #[arg(long, global = true, env = "SIGCAST_TLS_CA")]
+    ca: Option<std::path::PathBuf>,
+    /// Client certificate (PEM), for a gateway that authenticates callers.
+    #[arg(long, global = true, env = "SIGCAST_TLS_CERT")]
+    cert: Option<std::path::PathBuf>,
+    /// Its key (PEM).
+    #[arg(long, global = true, env = "SIGCAST_TLS_KEY")]
+    key: Option<std::path::PathBuf>,
+    /// The name the gateway's certificate carries, when not the address's host.
+    #[arg(long, global = true, env = "SIGCAST_TLS_SERVER_NAME")]
+    server_name: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -162,25 +185,39 @@ fn main() -> std::process::ExitCode {
             .enable_all()
             .build()
             .map_err(anyhow::Error::from)
-            .and_then(|rt| rt.block_on(run(&args.gateway, args.json, command))),
+            .and_then(|rt| {
+                let how = client::Connection {
+                    timeout: args.timeout.map(std::time::Duration::from_secs),
+                    ca: args.ca,
+                    cert: args.cert,
+                    key: args.key,
+                    server_name: args.server_name,
+                };
+                rt.block_on(run(&args.gateway, &how, args.json, command))
+            }),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
-            std::process::ExitCode::FAILURE
+            // 3 not found, 4 unavailable, 5 refused, 6 not terminal; 1 anything else (2 is
+            // a usage error, from the argument parser).
+            let code = error
+                .downcast_ref::<client::Ended>()
+                .map_or(1, |ended| ended.outcome.exit_code());
+            std::process::ExitCode::from(code)
         }
     }
 }
 
-async fn run(gateway: &str, json: bool, command: Command) -> Result<()> {
+async fn run(gateway: &str, how: &client::Connection, json: bool, command: Command) -> Result<()> {
     let out = output::Output::new(json)?;
     match command {
         Command::Op { command } => {
-            let mut client = client::Gateway::connect(gateway).await?;
+            let mut client = client::Gateway::connect(gateway, how).await?;
             match command {
                 OpCommand::Get { op_id } => out.operation(&client.get(&op_id).await?),
-                OpCommand::Watch { op_id } => client.watch(&op_id, &out).await,
+                OpCommand::Watch { op_id } => client.watch(&op_id, &out, how.timeout).await,
                 OpCommand::List {
                     chain,
                     account,
@@ -195,7 +232,7 @@ async fn run(gateway: &str, json: bool, command: Command) -> Result<()> {
             }
         }
         Command::Audit { op_id } => {
-            let mut client = client::Gateway::connect(gateway).await?;
+            let mut client = client::Gateway::connect(gateway, how).await?;
             out.audit(&client.audit(&op_id).await?)
         }
         Command::Reconcile {
@@ -203,7 +240,7 @@ async fn run(gateway: &str, json: bool, command: Command) -> Result<()> {
             rpc_urls,
             confirmations,
         } => {
-            let mut client = client::Gateway::connect(gateway).await?;
+            let mut client = client::Gateway::connect(gateway, how).await?;
             let op = client.get(&op_id).await?;
             let report = reconcile::reconcile(&op, &rpc_urls, confirmations).await?;
             out.reconcile(&op, &report)

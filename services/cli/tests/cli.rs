@@ -25,9 +25,9 @@ fn help_lists_every_command() {
 }
 
 #[test]
-fn an_unreachable_gateway_is_one_clear_line_and_exit_1() {
+fn an_unreachable_gateway_is_one_clear_line_and_exit_4() {
     let output = sigcast(&["--gateway", "http://127.0.0.1:1", "op", "get", "x"]);
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(4), "4: unavailable, retry later");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.starts_with("error: connecting to the gateway at http://127.0.0.1:1"),

@@ -462,6 +462,23 @@ async fn metrics_parse_as_prometheus_text_and_count_what_a_fault_run_did() {
             "{name}: {scraped:?}"
         );
     }
+    // Calls served, by method and code.
+    let gateway = scrape(stack.metrics_addr("gateway")).await;
+    assert!(
+        total(
+            &gateway,
+            "sigcast_grpc_server_requests_total",
+            &["method=\"SubmitOperation\"", "code=\"OK\""]
+        ) >= 1.0
+    );
+    let signer = scrape(stack.metrics_addr("signer-0")).await;
+    assert!(
+        total(
+            &signer,
+            "sigcast_grpc_server_requests_total",
+            &["method=\"SignOperation\"", "code=\"OK\""]
+        ) >= 1.0
+    );
     // Reads were timed per endpoint and method; the endpoint label carries no path.
     assert!(
         total(

@@ -6,6 +6,7 @@
 //! trace identifiers (op_id, tx hash, account), never secrets; RPC endpoints are labelled by
 //! host only, since their URLs often carry API keys.
 
+pub mod grpc;
 pub mod metrics;
 pub mod trace;
 

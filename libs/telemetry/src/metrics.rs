@@ -54,6 +54,10 @@ pub struct Metrics {
     /// The running build, by service and version: always 1 (joins other series to a version
     /// in queries, and tells what runs where).
     pub build_info: Family<Labels, Gauge>,
+    /// gRPC calls served, by service, method and the status code the response started with.
+    pub grpc_requests: Family<Labels, Counter>,
+    /// gRPC call latency until the response starts, by service and method.
+    pub grpc_duration: Histograms,
 }
 
 fn latency_histogram() -> Histogram {
@@ -79,8 +83,20 @@ impl Metrics {
             signatures: Family::default(),
             signer_refusals: Family::default(),
             build_info: Family::default(),
+            grpc_requests: Family::default(),
+            grpc_duration: Family::new_with_constructor(latency_histogram),
         };
         let m = &metrics;
+        registry.register(
+            "grpc_server_requests",
+            "gRPC calls served by service, method and status code",
+            m.grpc_requests.clone(),
+        );
+        registry.register(
+            "grpc_server_duration_seconds",
+            "gRPC call latency until the response starts, by service and method",
+            m.grpc_duration.clone(),
+        );
         registry.register(
             "build_info",
             "The running build: service and version (always 1)",

@@ -64,11 +64,15 @@ pub async fn run(
     let deadline = deadline::DeadlineLayer {
         after: std::time::Duration::from_millis(config.limits.request_timeout_ms),
     };
-    let operator = tower::Layer::layer(&deadline, OperatorServiceServer::new(gateway.clone()));
-    let operations = tower::Layer::layer(
-        &deadline,
-        OperationServiceServer::new(gateway)
-            .max_decoding_message_size(config.limits.max_request_bytes),
+    use sigcast_telemetry::grpc::GrpcMetricsLayer;
+    use tower::Layer;
+    let operator =
+        GrpcMetricsLayer.layer(deadline.layer(OperatorServiceServer::new(gateway.clone())));
+    let operations = GrpcMetricsLayer.layer(
+        deadline.layer(
+            OperationServiceServer::new(gateway)
+                .max_decoding_message_size(config.limits.max_request_bytes),
+        ),
     );
 
     let local = listener.local_addr()?;

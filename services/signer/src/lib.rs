@@ -81,7 +81,10 @@ pub async fn run(
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<SignerServiceServer<Signer>>().await;
-    let api = SignerServiceServer::new(signer);
+    let api = tower::Layer::layer(
+        &sigcast_telemetry::grpc::GrpcMetricsLayer,
+        SignerServiceServer::new(signer),
+    );
 
     // Every server stops on the one shutdown signal.
     let (stop, stopped) = tokio::sync::watch::channel(false);

@@ -357,3 +357,36 @@ async fn a_store_held_by_another_process_makes_calls_wait_then_everything_resume
         "each operation landed exactly once"
     );
 }
+
+/// Polls the health of `service` at `addr` until it is `want`.
+async fn health_becomes(addr: std::net::SocketAddr, service: &str, want: i32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if health(addr, service).await == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{service} never became {want}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_broadcaster_reports_each_dependency_s_readiness_apart() {
+    let mut stack = sigcast_e2e::Stack::start(sigcast_e2e::StackOptions {
+        accounts: 1,
+        ..Default::default()
+    })
+    .await;
+    let addr = stack.broadcasters[0].addr;
+    for service in ["sigcast.store", "sigcast.signer", "sigcast.chain.eip155:31337"] {
+        health_becomes(addr, service, SERVING).await;
+    }
+    // The signer down: only its readiness says so.
+    stack.signers[0].kill9();
+    health_becomes(addr, "sigcast.signer", NOT_SERVING).await;
+    assert_eq!(health(addr, "sigcast.chain.eip155:31337").await, SERVING);
+    assert_eq!(health(addr, "sigcast.store").await, SERVING);
+    assert_eq!(health(addr, "").await, SERVING, "the process itself is alive");
+    stack.signers[0].restart().await;
+    health_becomes(addr, "sigcast.signer", SERVING).await;
+}

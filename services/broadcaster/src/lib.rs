@@ -18,6 +18,9 @@ use sigcast_store::Store;
 use std::future::Future;
 use tokio::net::TcpListener;
 
+/// How often the dependencies' readiness is probed.
+const PROBE_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Runs the work loop, and serves gRPC health on `listener`, until `shutdown` completes. On
 /// start, every non-terminal operation resumes from its stored state.
 pub async fn run(
@@ -27,6 +30,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let store = Store::open(&config.store)?;
     let worker = Worker::new(&config, store)?;
+    let prober = worker.clone();
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_service_status("", tonic_health::ServingStatus::Serving)
@@ -47,6 +51,36 @@ pub async fn run(
             }
         }
     });
+    // Readiness per dependency, each under its own health service name (see `Worker::probe`);
+    // the server's own name ("") stays SERVING while the process runs.
+    let probing = {
+        let (worker, health, mut stopped) = (prober, health.clone(), stop.subscribe());
+        tokio::spawn(async move {
+            let mut last: std::collections::HashMap<String, bool> = Default::default();
+            let mut interval = tokio::time::interval(PROBE_EVERY);
+            loop {
+                tokio::select! {
+                    _ = interval.tick() => {}
+                    _ = stopped.wait_for(|s| *s) => return,
+                }
+                for (name, answers) in worker.probe().await {
+                    if last.insert(name.clone(), answers) != Some(answers) {
+                        if answers {
+                            tracing::info!(dependency = %name, "answers");
+                        } else {
+                            tracing::warn!(dependency = %name, "does not answer");
+                        }
+                        let status = if answers {
+                            tonic_health::ServingStatus::Serving
+                        } else {
+                            tonic_health::ServingStatus::NotServing
+                        };
+                        health.set_service_status(&name, status).await;
+                    }
+                }
+            }
+        })
+    };
     tracing::info!(listen = %listener.local_addr()?, "broadcaster running");
     tonic::transport::Server::builder()
         .add_service(health_service)
@@ -60,6 +94,7 @@ pub async fn run(
         .await?;
     // A pass in progress finishes its current steps; each is a whole store transaction.
     work.await?;
+    probing.abort();
     tracing::info!("broadcaster stopped");
     Ok(())
 }

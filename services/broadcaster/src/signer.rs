@@ -62,6 +62,16 @@ impl SignerClient {
         })
     }
 
+    /// Whether the signer answers (its key list: cheap, and through the same authentication
+    /// as a signature).
+    pub(crate) async fn answers(&self) -> bool {
+        self.client
+            .clone()
+            .list_keys(sigcast_proto::sigcast::signer::v1::ListKeysRequest {})
+            .await
+            .is_ok()
+    }
+
     /// Asks for a signature of `purpose`; for anything but the first, `replaces_attempt` is the
     /// newest attempt we saw, so a retried request never signs twice. Returns the newest
     /// attempt afterwards (the one signed, or the one already there).

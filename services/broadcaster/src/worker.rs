@@ -83,6 +83,29 @@ impl Worker {
         })
     }
 
+    /// What each dependency answers now, by its health service name: `sigcast.store`,
+    /// `sigcast.signer`, and `sigcast.chain.<chain>` for each served chain (a head read from
+    /// any of its endpoints). One chain's outage says nothing of the others.
+    pub async fn probe(&self) -> Vec<(String, bool)> {
+        let store = self
+            .store
+            .read_async(|tx| tx.get(b"\x00health"))
+            .await
+            .is_ok();
+        let mut answers = vec![
+            ("sigcast.store".to_owned(), store),
+            ("sigcast.signer".to_owned(), self.signer.answers().await),
+        ];
+        for (name, chain) in self.chains.iter() {
+            let head = match chain {
+                Chain::Evm(rpc) => rpc.block_number().await.is_ok(),
+                Chain::Solana(rpc) => rpc.block_height().await.is_ok(),
+            };
+            answers.push((format!("sigcast.chain.{name}"), head));
+        }
+        answers
+    }
+
     /// One pass over the work of the served chains.
     pub async fn pass(&self) -> anyhow::Result<()> {
         // The three stages work on disjoint states and every change checks what it decided

@@ -378,7 +378,11 @@ async fn the_broadcaster_reports_each_dependency_s_readiness_apart() {
     })
     .await;
     let addr = stack.broadcasters[0].addr;
-    for service in ["sigcast.store", "sigcast.signer", "sigcast.chain.eip155:31337"] {
+    for service in [
+        "sigcast.store",
+        "sigcast.signer",
+        "sigcast.chain.eip155:31337",
+    ] {
         health_becomes(addr, service, SERVING).await;
     }
     // The signer down: only its readiness says so.
@@ -386,7 +390,11 @@ async fn the_broadcaster_reports_each_dependency_s_readiness_apart() {
     health_becomes(addr, "sigcast.signer", NOT_SERVING).await;
     assert_eq!(health(addr, "sigcast.chain.eip155:31337").await, SERVING);
     assert_eq!(health(addr, "sigcast.store").await, SERVING);
-    assert_eq!(health(addr, "").await, SERVING, "the process itself is alive");
+    assert_eq!(
+        health(addr, "").await,
+        SERVING,
+        "the process itself is alive"
+    );
     stack.signers[0].restart().await;
     health_becomes(addr, "sigcast.signer", SERVING).await;
 }

@@ -7,7 +7,7 @@
 pub mod evidence;
 mod rpc;
 
-pub use rpc::{LatestBlockhash, SignatureStatus, SolanaRpc, known_genesis_hash};
+pub use rpc::{LatestBlockhash, SignatureStatus, SolanaRpc, is_genesis_hash, known_genesis_hash};
 use sigcast_domain::SolanaTransfer;
 use solana_hash::Hash;
 use solana_message::Instruction;

@@ -59,6 +59,13 @@ impl std::ops::Deref for SolanaRpc {
     }
 }
 
+/// Whether `hash` reads as a genesis hash: base58 of 32 bytes.
+pub fn is_genesis_hash(hash: &str) -> bool {
+    bs58::decode(hash)
+        .into_vec()
+        .is_ok_and(|bytes| bytes.len() == 32)
+}
+
 /// The genesis hashes of Solana's public clusters, by the names intents use.
 pub fn known_genesis_hash(cluster: &str) -> Option<&'static str> {
     match cluster {
@@ -70,7 +77,8 @@ pub fn known_genesis_hash(cluster: &str) -> Option<&'static str> {
 }
 
 /// The cluster an endpoint must serve for its answers to count: a genesis hash configured or
-/// known for the cluster's name, else the first one an endpoint of the cluster answered.
+/// known for the cluster's name, else the one every configured endpoint answers alike (until
+/// they all answer and agree, no endpoint's answers count).
 /// An endpoint of another cluster (a load balancer or a DNS name moved) shows other block
 /// heights and no trace of our signatures: taken as evidence, that reads as "expired, never
 /// landed", and a re-sign could apply an operation twice.
@@ -87,6 +95,30 @@ impl SolanaRpc {
         self
     }
 
+    /// The genesis hash every configured endpoint answers, if they all answer alike.
+    async fn agreed_genesis(&self) -> Option<String> {
+        let mut agreed: Option<String> = None;
+        for url in self.0.urls() {
+            let answered = self
+                .0
+                .read_from(url, "getGenesisHash", json!([]))
+                .await
+                .ok()?;
+            let answered = answered.as_str()?.to_owned();
+            match &agreed {
+                Some(hash) if *hash != answered => {
+                    tracing::error!(
+                        "the cluster's endpoints answer different genesis hashes: configure \
+                         genesis_hash; until then no endpoint's answers are evidence"
+                    );
+                    return None;
+                }
+                _ => agreed = Some(answered),
+            }
+        }
+        agreed
+    }
+
     /// Whether `endpoint` serves this cluster (its `getGenesisHash`, kept for a pass by a
     /// pass cache). Unreadable: not known to, so no.
     pub async fn serves_cluster(&self, endpoint: &impl sigcast_jsonrpc::Endpoint) -> bool {
@@ -96,14 +128,16 @@ impl SolanaRpc {
         let Some(answered) = value.as_str() else {
             return false;
         };
-        let expected = self.1.0.get_or_init(|| {
-            tracing::info!(
-                endpoint = endpoint.label(),
-                genesis = answered,
-                "cluster pinned to the first genesis hash answered"
-            );
-            answered.to_owned()
-        });
+        let expected = match self.1.0.get() {
+            Some(expected) => expected,
+            None => {
+                let Some(agreed) = self.agreed_genesis().await else {
+                    return false;
+                };
+                tracing::info!(genesis = %agreed, "cluster pinned to the genesis hash all its endpoints answer");
+                self.1.0.get_or_init(|| agreed)
+            }
+        };
         if expected != answered {
             tracing::warn!(
                 endpoint = endpoint.label(),

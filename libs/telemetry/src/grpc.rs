@@ -47,9 +47,8 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        // "/sigcast.v1.OperationService/SubmitOperation": the path names only methods the
-        // router serves or UNIMPLEMENTED ones; a bounded set either way, as the router answers
-        // unknown paths itself without reaching here.
+        // "/sigcast.v1.OperationService/SubmitOperation": any method name under a served
+        // service reaches here; an unknown one is answered UNIMPLEMENTED and labelled so.
         let path = request.uri().path().trim_start_matches('/');
         let (service, method) = path.split_once('/').unwrap_or((path, ""));
         let (service, method) = (service.to_owned(), method.to_owned());
@@ -60,6 +59,13 @@ where
             let code = match &answered {
                 Ok(response) => code_name(response.headers().get("grpc-status")),
                 Err(_) => "UNKNOWN",
+            };
+            // A method the service does not have is the caller's choice of name: one label
+            // for all of them, or a caller could make series without end.
+            let method = if code == "UNIMPLEMENTED" {
+                "unimplemented".to_owned()
+            } else {
+                method
             };
             let m = metrics();
             metrics::inc(
@@ -116,6 +122,11 @@ mod tests {
                     .headers_mut()
                     .insert("grpc-status", http::HeaderValue::from_static("5"));
             }
+            if request.uri().path().contains("Nonsense") {
+                response
+                    .headers_mut()
+                    .insert("grpc-status", http::HeaderValue::from_static("12"));
+            }
             Ok::<_, std::convert::Infallible>(response)
         });
         let mut service = GrpcMetricsLayer.layer(inner);
@@ -123,6 +134,8 @@ mod tests {
             "/sigcast.test.Svc/GetOperation",
             "/sigcast.test.Svc/GetOperation",
             "/sigcast.test.Svc/SubmitOperation",
+            "/sigcast.test.Svc/Nonsense1",
+            "/sigcast.test.Svc/Nonsense2",
         ] {
             let request = http::Request::builder().uri(path).body(()).unwrap();
             service.ready().await.unwrap().call(request).await.unwrap();
@@ -131,6 +144,8 @@ mod tests {
         for line in [
             r#"sigcast_grpc_server_requests_total{service="sigcast.test.Svc",method="GetOperation",code="NOT_FOUND"} 2"#,
             r#"sigcast_grpc_server_requests_total{service="sigcast.test.Svc",method="SubmitOperation",code="OK"} 1"#,
+            // Names a caller made up share one label.
+            r#"sigcast_grpc_server_requests_total{service="sigcast.test.Svc",method="unimplemented",code="UNIMPLEMENTED"} 2"#,
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
         }

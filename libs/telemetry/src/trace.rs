@@ -143,17 +143,24 @@ impl Extractor for Carrier {
 fn resource(
     service: &'static str,
     detected: opentelemetry_sdk::Resource,
+    service_name_env: Option<String>,
 ) -> opentelemetry_sdk::Resource {
     use opentelemetry::{Key, KeyValue};
     let has = |key: &'static str| detected.get(&Key::from_static_str(key)).is_some();
     let mut ours = Vec::new();
-    // The SDK fills in "unknown_service" when nothing names the service.
-    let named = std::env::var_os("OTEL_SERVICE_NAME").is_some()
-        || detected
-            .get(&Key::from_static_str("service.name"))
-            .is_some_and(|name| !name.as_str().starts_with("unknown_service"));
-    if !named {
-        ours.push(KeyValue::new("service.name", service));
+    // OTEL_SERVICE_NAME wins over a service.name in OTEL_RESOURCE_ATTRIBUTES (the
+    // specification's order; the SDK's detectors apply them the other way round); the SDK
+    // fills in "unknown_service" when neither names the service.
+    match service_name_env.filter(|n| !n.is_empty()) {
+        Some(name) => ours.push(KeyValue::new("service.name", name)),
+        None => {
+            let named = detected
+                .get(&Key::from_static_str("service.name"))
+                .is_some_and(|name| !name.as_str().starts_with("unknown_service"));
+            if !named {
+                ours.push(KeyValue::new("service.name", service));
+            }
+        }
     }
     if !has("service.version") {
         ours.push(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")));
@@ -212,7 +219,11 @@ pub(crate) fn provider(
     // The tonic exporter needs the tokio runtime: the batch processor runs on it.
     let processor =
         BatchSpanProcessor::builder(exporter, opentelemetry_sdk::runtime::Tokio).build();
-    let resource = resource(service, opentelemetry_sdk::Resource::builder().build());
+    let resource = resource(
+        service,
+        opentelemetry_sdk::Resource::builder().build(),
+        std::env::var("OTEL_SERVICE_NAME").ok(),
+    );
     Ok(Some(
         opentelemetry_sdk::trace::SdkTracerProvider::builder()
             .with_span_processor(processor)
@@ -236,8 +247,8 @@ mod tests {
     fn each_process_start_is_an_instance_of_its_own_with_this_build_s_version() {
         let empty = opentelemetry_sdk::Resource::builder_empty().build();
         let (a, b) = (
-            resource("sigcast-gateway", empty.clone()),
-            resource("sigcast-gateway", empty),
+            resource("sigcast-gateway", empty.clone(), None),
+            resource("sigcast-gateway", empty, None),
         );
         assert_eq!(
             attribute(&a, "service.name").as_deref(),
@@ -262,7 +273,7 @@ mod tests {
                 opentelemetry::KeyValue::new("deployment.environment.name", "prod"),
             ])
             .build();
-        let resource = resource("sigcast-signer", detected);
+        let resource = resource("sigcast-signer", detected.clone(), None);
         assert_eq!(
             attribute(&resource, "service.instance.id").as_deref(),
             Some("pod-7")
@@ -276,6 +287,17 @@ mod tests {
             Some("prod")
         );
         assert!(attribute(&resource, "service.version").is_some());
+        // OTEL_SERVICE_NAME wins over OTEL_RESOURCE_ATTRIBUTES' service.name; empty is unset.
+        let named = super::resource("sigcast-signer", detected.clone(), Some("signer-eu".into()));
+        assert_eq!(
+            attribute(&named, "service.name").as_deref(),
+            Some("signer-eu")
+        );
+        let empty = super::resource("sigcast-signer", detected, Some(String::new()));
+        assert_eq!(
+            attribute(&empty, "service.name").as_deref(),
+            Some("payments-signer")
+        );
     }
 
     /// Pinned across versions: an operation's spans from before and after an upgrade (a retry

@@ -133,6 +133,17 @@ impl ServiceConfig for Config {
             ConfigError::invalid("tracing.sample_ratio / tracing.otlp_endpoint", rule)
         })?;
         let invalid = |field, rule: &str| Err(ConfigError::invalid(field, rule));
+        if self
+            .solana_clusters
+            .iter()
+            .filter_map(|c| c.genesis_hash.as_deref())
+            .any(|hash| !sigcast_solana::is_genesis_hash(hash))
+        {
+            return invalid(
+                "solana_clusters.genesis_hash",
+                "must be a base58 hash of 32 bytes, as getGenesisHash answers it",
+            );
+        }
         if self.evm_chains.iter().any(|c| c.rpc_urls.is_empty()) {
             return invalid(
                 "evm_chains.rpc_urls",
@@ -191,5 +202,27 @@ mod tests {
     #[test]
     fn the_defaults_are_valid() {
         Config::default().validate().unwrap();
+    }
+
+    #[test]
+    fn a_genesis_hash_that_is_not_one_is_refused_at_start() {
+        let with = |hash: &str| Config {
+            solana_clusters: vec![SolanaClusterConfig {
+                cluster: "localnet".into(),
+                rpc_urls: vec!["http://127.0.0.1:8899".into()],
+                genesis_hash: Some(hash.into()),
+            }],
+            ..Config::default()
+        };
+        with("EtWTRABZaYq6iMfeYKouRu166VU2xqa1wcaWoxPkrZBG")
+            .validate()
+            .unwrap();
+        let error = with("EtWTRABZaYq6iMfeYKouRu166VU2xqa1wcaWoxPkrZB ")
+            .validate()
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("solana_clusters.genesis_hash"),
+            "{error}"
+        );
     }
 }

@@ -58,6 +58,7 @@ pub async fn run(
         tokio::spawn(async move {
             let mut last: std::collections::HashMap<String, bool> = Default::default();
             let mut interval = tokio::time::interval(PROBE_EVERY);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
                     _ = interval.tick() => {}

@@ -33,6 +33,8 @@ struct AtFeeCap;
 
 /// Operations of one state worked on per pass, shared fairly by the accounts with work.
 const PASS_BUDGET: usize = 1_024;
+/// How long a readiness probe may take.
+const PROBE_WITHIN: Duration = Duration::from_millis(1_500);
 /// How often records written by a data-format-1 process are given their work entries.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
@@ -87,23 +89,52 @@ impl Worker {
     /// `sigcast.signer`, and `sigcast.chain.<chain>` for each served chain (a head read from
     /// any of its endpoints). One chain's outage says nothing of the others.
     pub async fn probe(&self) -> Vec<(String, bool)> {
-        let store = self
-            .store
-            .read_async(|tx| tx.get(b"\x00health"))
-            .await
-            .is_ok();
-        let mut answers = vec![
-            ("sigcast.store".to_owned(), store),
-            ("sigcast.signer".to_owned(), self.signer.answers().await),
+        // All at once, each within `PROBE_WITHIN`: one slow dependency delays no other's
+        // status, and one that does not answer in time is not ready.
+        let mut probes: Vec<(String, futures::future::BoxFuture<'_, bool>)> = vec![
+            (
+                "sigcast.store".to_owned(),
+                Box::pin(async {
+                    self.store
+                        .read_async(|tx| tx.get(b"\x00health"))
+                        .await
+                        .is_ok()
+                }),
+            ),
+            ("sigcast.signer".to_owned(), Box::pin(self.signer.answers())),
         ];
         for (name, chain) in self.chains.iter() {
-            let head = match chain {
-                Chain::Evm(rpc) => rpc.block_number().await.is_ok(),
-                Chain::Solana(rpc) => rpc.block_height().await.is_ok(),
+            let head: futures::future::BoxFuture<'_, bool> = match chain {
+                Chain::Evm(rpc) => Box::pin(async { rpc.block_number().await.is_ok() }),
+                // A head read from an endpoint of the cluster: one of another cluster is not
+                // this chain answering.
+                Chain::Solana(rpc) => Box::pin(async move {
+                    for endpoint in rpc.ranked_endpoints() {
+                        if rpc.serves_cluster(&endpoint).await
+                            && sigcast_jsonrpc::Endpoint::request(
+                                &endpoint,
+                                "getBlockHeight",
+                                serde_json::json!([]),
+                            )
+                            .await
+                            .is_ok()
+                        {
+                            return true;
+                        }
+                    }
+                    false
+                }),
             };
-            answers.push((format!("sigcast.chain.{name}"), head));
+            probes.push((format!("sigcast.chain.{name}"), head));
         }
-        answers
+        let names: Vec<String> = probes.iter().map(|(name, _)| name.clone()).collect();
+        let answers = futures::future::join_all(probes.into_iter().map(|(_, probe)| async move {
+            tokio::time::timeout(PROBE_WITHIN, probe)
+                .await
+                .unwrap_or(false)
+        }))
+        .await;
+        names.into_iter().zip(answers).collect()
     }
 
     /// One pass over the work of the served chains.
@@ -287,14 +318,21 @@ impl Worker {
         // every operation of the pass at once.
         if !sent.is_empty() {
             for (name, chain_endpoints) in &endpoints {
-                if name.starts_with("eip155:") {
-                    for endpoint in chain_endpoints {
-                        let _ = sigcast_jsonrpc::Endpoint::request(
-                            endpoint,
-                            "eth_chainId",
-                            serde_json::json!([]),
-                        )
-                        .await;
+                for endpoint in chain_endpoints {
+                    match self.chains.get(*name) {
+                        Some(Chain::Evm(_)) => {
+                            let _ = sigcast_jsonrpc::Endpoint::request(
+                                endpoint,
+                                "eth_chainId",
+                                serde_json::json!([]),
+                            )
+                            .await;
+                        }
+                        // Its genesis hash likewise (and the cluster pinned, if it is to be).
+                        Some(Chain::Solana(rpc)) => {
+                            let _ = rpc.serves_cluster(endpoint).await;
+                        }
+                        None => {}
                     }
                 }
             }

@@ -72,7 +72,11 @@ fn status(what: &str, status: tonic::Status) -> anyhow::Error {
             Outcome::Unavailable
         }
         Code::NotFound => Outcome::NotFound,
-        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => Outcome::Unavailable,
+        Code::Unavailable
+        | Code::DeadlineExceeded
+        | Code::Cancelled
+        | Code::ResourceExhausted
+        | Code::Aborted => Outcome::Unavailable,
         Code::InvalidArgument
         | Code::PermissionDenied
         | Code::AlreadyExists
@@ -115,7 +119,15 @@ impl Gateway {
             .with_context(|| format!("gateway address {url:?}"))?
             .connect_timeout(Duration::from_secs(5))
             .timeout(how.timeout.unwrap_or(DEFAULT_CALL_TIMEOUT));
-        if how.ca.is_some() || url.starts_with("https://") {
+        let tls_options = how.ca.is_some() || how.cert.is_some() || how.key.is_some();
+        if tls_options && !url.starts_with("https://") {
+            // tonic speaks TLS only to an https:// address: the options would be ignored and
+            // the certificate never presented.
+            bail!(
+                "TLS options (--ca, --cert, --key or SIGCAST_TLS_*) need an https:// gateway, not {url}"
+            );
+        }
+        if url.starts_with("https://") {
             let read = |p: &std::path::Path| {
                 std::fs::read(p).with_context(|| format!("reading {}", p.display()))
             };
@@ -275,6 +287,8 @@ impl Gateway {
         let mut last: Option<pb::Operation> = None;
         loop {
             tokio::select! {
+                // The stream first: a terminal revision that arrives with the deadline wins.
+                biased;
                 message = stream.message() => {
                     match message.map_err(|s| status("WatchOperation", s))? {
                         Some(response) => {
@@ -283,7 +297,11 @@ impl Gateway {
                                 eprint!("\r\x1b[K");
                             }
                             out.watch_line(&op, started.elapsed())?;
+                            let terminal = crate::output::is_terminal(&op);
                             last = Some(op);
+                            if terminal {
+                                break;
+                            }
                         }
                         None => break,
                     }

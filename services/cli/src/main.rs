@@ -21,7 +21,7 @@ use clap::{Parser, Subcommand};
     name = "sigcast",
     version,
     after_help = "Exit status: 0 done; 1 any other error; 2 bad arguments; 3 not found; \
-                  4 gateway unreachable, unavailable or timed out (retry later); 5 refused \
+                  4 gateway unreachable, unavailable, busy or timed out (retry later); 5 refused \
                   (invalid, denied, conflicting or in the wrong state); 6 not terminal when \
                   `op watch` ended (its --timeout)."
 )]
@@ -159,14 +159,14 @@ enum KeysCommand {
         #[arg(long, env = "SIGCAST_SIGNER")]
         signer: String,
         /// CA of the signer's certificate (https).
-        #[arg(long)]
-        ca: Option<std::path::PathBuf>,
-        /// Client certificate (https).
-        #[arg(long)]
-        cert: Option<std::path::PathBuf>,
+        #[arg(long = "signer-ca")]
+        signer_ca: Option<std::path::PathBuf>,
+        /// Client certificate for the signer (https).
+        #[arg(long = "signer-cert")]
+        signer_cert: Option<std::path::PathBuf>,
         /// Its key (https).
-        #[arg(long)]
-        key: Option<std::path::PathBuf>,
+        #[arg(long = "signer-key")]
+        signer_key: Option<std::path::PathBuf>,
     },
 }
 
@@ -249,12 +249,12 @@ async fn run(gateway: &str, how: &client::Connection, json: bool, command: Comma
             command:
                 KeysCommand::List {
                     signer,
-                    ca,
-                    cert,
-                    key,
+                    signer_ca,
+                    signer_cert,
+                    signer_key,
                 },
         } => {
-            let keys = client::signer_keys(&signer, ca, cert, key).await?;
+            let keys = client::signer_keys(&signer, signer_ca, signer_cert, signer_key).await?;
             out.keys(&keys)
         }
         Command::DeriveOpId { .. } => unreachable!("handled without a runtime"),

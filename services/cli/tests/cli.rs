@@ -54,3 +54,19 @@ fn derive_op_id_prints_the_key() {
     let id = String::from_utf8(output.stdout).unwrap();
     assert!(id.starts_with("sc1-") && id.trim().len() == 68, "{id}");
 }
+
+#[test]
+fn tls_options_for_a_plaintext_gateway_are_refused_not_ignored() {
+    let output = sigcast(&[
+        "--gateway",
+        "http://127.0.0.1:1",
+        "--ca",
+        "/nonexistent/ca.pem",
+        "op",
+        "get",
+        "x",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("need an https:// gateway"), "{stderr}");
+}

@@ -184,6 +184,17 @@ impl ServiceConfig for Config {
         self.tracing.validate().map_err(|rule| {
             ConfigError::invalid("tracing.sample_ratio / tracing.otlp_endpoint", rule)
         })?;
+        if self
+            .solana_clusters
+            .iter()
+            .filter_map(|c| c.genesis_hash.as_deref())
+            .any(|hash| !sigcast_solana::is_genesis_hash(hash))
+        {
+            return Err(ConfigError::invalid(
+                "solana_clusters.genesis_hash",
+                "must be a base58 hash of 32 bytes, as getGenesisHash answers it",
+            ));
+        }
         for chain in &self.evm_chains {
             if chain.rpc_urls.is_empty() {
                 return Err(ConfigError::invalid(

@@ -70,9 +70,31 @@ pub(crate) async fn wait_all_confirmed(
 
 /// How many operations are SIGNED or SENT now: work a kill can interrupt between its steps.
 pub(crate) async fn in_flight(stack: &Stack) -> usize {
+    count_in(
+        stack,
+        &[pb::OperationState::Signed, pb::OperationState::Sent],
+    )
+    .await
+}
+
+/// Operations not terminal yet, whether signed or still waiting to be.
+pub(crate) async fn unfinished(stack: &Stack) -> usize {
+    count_in(
+        stack,
+        &[
+            pb::OperationState::Received,
+            pb::OperationState::Signed,
+            pb::OperationState::Sent,
+        ],
+    )
+    .await
+}
+
+/// Operations in any of `states`.
+async fn count_in(stack: &Stack, states: &[pb::OperationState]) -> usize {
     let mut client = stack.client().await;
     let mut count = 0;
-    for state in [pb::OperationState::Signed, pb::OperationState::Sent] {
+    for &state in states {
         let mut token = String::new();
         loop {
             let page = client

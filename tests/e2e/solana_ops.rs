@@ -160,7 +160,7 @@ async fn five_hundred_sol_transfers_through_a_faulty_proxy_land_exactly_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn kill_nine_of_signer_and_broadcaster_during_three_hundred_sol_transfers() {
+async fn kill_nine_of_signer_and_broadcaster_during_six_hundred_sol_transfers() {
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x0c0ffee);
     let node = SolanaNode::start(Duration::from_millis(50)).await;
@@ -171,13 +171,15 @@ async fn kill_nine_of_signer_and_broadcaster_during_three_hundred_sol_transfers(
         ..Default::default()
     })
     .await;
-    let planned = fund_and_submit(&node, &stack, "killed-sol", 300).await;
+    // Enough work that ten kills land while some of it is unfinished, however fast the
+    // machine: the stack once finished 300 before the tenth.
+    let planned = fund_and_submit(&node, &stack, "killed-sol", 600).await;
     let mut kills = 0;
     while kills < 20 {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(20..200))).await;
-        // Only while operations are between signing and confirmation: a kill of an idle
-        // stack proves nothing.
-        if crate::evm::in_flight(&stack).await == 0 {
+        // Only while operations are unfinished (to be signed, sent or settled): a kill of an
+        // idle stack proves nothing.
+        if crate::evm::unfinished(&stack).await == 0 {
             break;
         }
         kills += 1;

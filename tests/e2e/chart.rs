@@ -126,7 +126,11 @@ fn check_pods(facts: &Value) {
                 serde_json::json!(["livenessProbe", "readinessProbe", "startupProbe"]),
                 "{c}"
             );
+            // Drained, not cut: a pause while the Pod leaves its Services, then SIGTERM,
+            // within a grace period longer than a call may take (30 s).
+            assert_eq!(c["pre_stop"], serde_json::json!(["sleep", "5"]), "{c}");
         }
+        assert!(c["grace_seconds"].as_u64().is_some_and(|s| s >= 35), "{c}");
     }
 }
 

@@ -1,6 +1,6 @@
 """Reads a rendered chart (multi-document YAML) on stdin; prints JSON facts for the tests:
 {"kinds": ["Deployment/x", ...], "containers": [{"workload", "name", "volumes", "secrets",
-"security", "pod_security", "probes"}], "configs": {"gateway.toml": "...", ...} (from the
+"security", "pod_security", "probes", "pre_stop", "grace_seconds"}], "configs": {"gateway.toml": "...", ...} (from the
 services' config Secret), "configmaps": {key: value} (every ConfigMap's data)}."""
 
 import json
@@ -34,5 +34,7 @@ for doc in yaml.safe_load_all(sys.stdin):
             "security": container.get("securityContext", {}),
             "pod_security": pod.get("securityContext", {}),
             "probes": sorted(p for p in ("startupProbe", "readinessProbe", "livenessProbe") if p in container),
+            "pre_stop": container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command"),
+            "grace_seconds": pod.get("terminationGracePeriodSeconds"),
         })
 print(json.dumps(facts))

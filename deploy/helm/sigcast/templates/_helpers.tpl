@@ -224,4 +224,13 @@ imagePullSecrets:
 {{- end }}
 securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
+terminationGracePeriodSeconds: {{ .Values.shutdown.terminationGracePeriodSeconds }}
+{{- end -}}
+
+{{/* A pause before SIGTERM, while the Pod leaves its Services' endpoints. */}}
+{{- define "sigcast.preStop" -}}
+lifecycle:
+  preStop:
+    exec:
+      command: ["sleep", "{{ .Values.shutdown.preStopSleepSeconds }}"]
 {{- end -}}

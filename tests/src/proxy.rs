@@ -45,6 +45,9 @@ pub struct ProxyStats {
     pub faults: Vec<Fault>,
     /// Requests of any kind forwarded to the node.
     pub forwarded: usize,
+    /// Sends forwarded without a fault that the node answered "nonce too low": a resend of
+    /// bytes already included (the sender's check not yet run), an unknown outcome to it too.
+    pub nonce_used_answers: usize,
 }
 
 /// A running proxy; stops when dropped.
@@ -315,7 +318,16 @@ async fn serve(
         return Ok(());
     }
     let mut response = forward(upstream, &body).await?;
-    stats.lock().unwrap().forwarded += 1;
+    {
+        let mut stats = stats.lock().unwrap();
+        stats.forwarded += 1;
+        if is_send
+            && fault.is_none()
+            && String::from_utf8_lossy(&response).contains("nonce too low")
+        {
+            stats.nonce_used_answers += 1;
+        }
+    }
     if fee_inflation > 1 {
         response = inflate_fees(&body, response, fee_inflation);
     }

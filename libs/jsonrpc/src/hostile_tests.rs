@@ -29,6 +29,8 @@ enum Hostile {
     HugeBadError,
     /// A batch (an array) for a single request.
     Array,
+    /// Not hostile: `"0x1"` with the request's id.
+    Honest,
     /// Not hostile: the id echoed as a string, as some proxies do.
     StringId,
     /// Not hostile: an error with a null id (the node could not read the request's id).
@@ -127,6 +129,10 @@ async fn endpoint(hostile: Hostile) -> String {
                             let body = json!({"jsonrpc": "2.0", "id": id, "error": error});
                             socket.write_all(&http_ok(&body.to_string())).await
                         }
+                        Hostile::Honest => {
+                            let body = json!({"jsonrpc": "2.0", "id": id, "result": "0x1"});
+                            socket.write_all(&http_ok(&body.to_string())).await
+                        }
                         Hostile::StringId => {
                             let body =
                                 json!({"jsonrpc": "2.0", "id": id.to_string(), "result": "0x1"});
@@ -143,25 +149,6 @@ async fn endpoint(hostile: Hostile) -> String {
                         }
                     };
                     if written.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    format!("http://{addr}")
-}
-
-/// An endpoint that answers every request well: `"0x1"` with the request's id.
-async fn honest() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                while let Some(id) = read_request(&mut socket).await {
-                    let body = json!({"jsonrpc": "2.0", "id": id, "result": "0x1"});
-                    if socket.write_all(&http_ok(&body.to_string())).await.is_err() {
                         return;
                     }
                 }
@@ -207,7 +194,7 @@ const ALL: [Hostile; 9] = [
 async fn no_hostile_answer_is_taken_for_a_result_and_each_counts_against_its_endpoint() {
     for hostile in ALL {
         let bad = endpoint(hostile).await;
-        let good = honest().await;
+        let good = endpoint(Hostile::Honest).await;
         let pool = RpcPool::new(&[bad.clone(), good], Duration::from_secs(1)).unwrap();
         let parse = |v: Value| quantity(&v).ok_or(v);
         for _ in 0..4 {

@@ -419,6 +419,21 @@ impl Token {
     }
 }
 
+/// The private key of `key_type` whose public half `is_ours`, found again in a new session;
+/// an error naming `label` if the token no longer holds it.
+fn find_private(
+    session: &Session,
+    key_type: KeyType,
+    label: &str,
+    is_ours: impl Fn(ObjectHandle) -> bool,
+) -> Result<ObjectHandle, TokenError> {
+    Token::key_pairs(session, key_type)?
+        .into_iter()
+        .find(|(_, _, public)| is_ours(*public))
+        .map(|(_, private, _)| private)
+        .ok_or_else(|| gone(label))
+}
+
 /// A key no longer in the token after a new session was opened.
 fn gone(label: &str) -> TokenError {
     TokenError {
@@ -497,13 +512,9 @@ impl TokenEd25519Key {
         let raw = self.live.sign(
             &self.private,
             |session| {
-                Token::key_pairs(session, KeyType::EC_EDWARDS)?
-                    .into_iter()
-                    .find(|(_, _, public)| {
-                        ed25519_public_key(session, *public).is_ok_and(|k| k == self.public_key)
-                    })
-                    .map(|(_, private, _)| private)
-                    .ok_or_else(|| gone(&self.label))
+                find_private(session, KeyType::EC_EDWARDS, &self.label, |public| {
+                    ed25519_public_key(session, public).is_ok_and(|k| k == self.public_key)
+                })
             },
             |session, private| {
                 let mechanism = Mechanism::Eddsa(EddsaParams::new(EddsaSignatureScheme::Pure));
@@ -549,13 +560,9 @@ impl TokenKey {
         let raw = self.live.sign(
             &self.private,
             |session| {
-                Token::key_pairs(session, KeyType::EC)?
-                    .into_iter()
-                    .find(|(_, _, public)| {
-                        address_of(session, *public).is_ok_and(|a| a == self.address)
-                    })
-                    .map(|(_, private, _)| private)
-                    .ok_or_else(|| gone(&self.label))
+                find_private(session, KeyType::EC, &self.label, |public| {
+                    address_of(session, public).is_ok_and(|a| a == self.address)
+                })
             },
             |session, private| session.sign(&Mechanism::Ecdsa, private, hash.as_slice()),
             "signing",

@@ -3,19 +3,19 @@
 use sigcast_e2e::{Stack, StackOptions};
 use std::process::Command;
 
-/// The commands of the README's "Calling it with grpcurl" block, one string each (a command
-/// continues over lines while a quote is open or a line ends with a backslash).
-fn runbook_commands() -> Vec<String> {
+/// The commands of the first `sh` block under the README heading `heading`, one string each (a
+/// command continues over lines while a quote is open or a line ends with a backslash).
+pub(crate) fn readme_commands(heading: &str) -> Vec<String> {
     let readme = std::fs::read_to_string(crate::clients::repo().join("README.md")).unwrap();
     let section = readme
-        .split("## Calling it with grpcurl")
+        .split(&format!("\n{heading}\n"))
         .nth(1)
-        .expect("runbook section");
+        .unwrap_or_else(|| panic!("README section {heading}"));
     let block = section
         .split("```sh\n")
         .nth(1)
         .and_then(|b| b.split("```").next())
-        .expect("runbook block");
+        .unwrap_or_else(|| panic!("a sh block under {heading}"));
     let mut commands = Vec::new();
     let mut current = String::new();
     for line in block.lines() {
@@ -39,7 +39,7 @@ async fn every_runbook_command_works_as_written() {
         ..Default::default()
     })
     .await;
-    let commands = runbook_commands();
+    let commands = readme_commands("## Calling it with grpcurl");
     assert!(
         commands.len() >= 8,
         "the runbook has its commands: {commands:?}"

@@ -1,10 +1,10 @@
 //! The Solana test node itself: real runtime behind JSON-RPC, expiring blockhashes.
 
-use crate::solana_node::SolanaNode;
 use base64::Engine;
 use ed25519_dalek::{Signer, SigningKey};
 use serde_json::{Value, json};
 use sigcast_domain::{Lamports, SolanaPubkey, SolanaTransfer};
+use sigcast_e2e::SolanaNode;
 use sigcast_evm::EvmRpc;
 use std::time::{Duration, Instant};
 

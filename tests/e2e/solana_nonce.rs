@@ -2,11 +2,11 @@
 //! rebroadcast across an outage without a new signature, and a cancel that advances the nonce.
 
 use crate::evm::wait_terminal;
-use crate::solana_node::SolanaNode;
 use crate::solana_ops::{
     FEE, SOL, assert_confirmed_by_one_resign, balance, get, key_bytes, recipient, sol_transfer,
     wait_state,
 };
+use sigcast_e2e::SolanaNode;
 use sigcast_e2e::{FaultProxy, Stack, StackOptions};
 use sigcast_evm::RpcPool;
 use sigcast_proto::pb;

@@ -1,9 +1,9 @@
 //! Solana operations end to end: the litesvm node, real signer, broadcaster and gateway.
 
 use crate::evm::{wait_all_confirmed, wait_terminal};
-use crate::solana_node::SolanaNode;
 use futures::StreamExt;
 use serde_json::json;
+use sigcast_e2e::SolanaNode;
 use sigcast_e2e::{Stack, StackOptions};
 use sigcast_evm::RpcPool;
 use sigcast_proto::pb;

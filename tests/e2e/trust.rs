@@ -3,9 +3,9 @@
 //! allows it, and value, recipient and window limits hold for lamports too.
 
 use crate::evm::{DEV, recipient as evm_recipient, transfer, wait_terminal};
-use crate::solana_node::SolanaNode;
 use crate::solana_ops::{FEE, SOL, balance, key_bytes, recipient, sol_transfer};
 use sigcast_domain::IntentRules;
+use sigcast_e2e::SolanaNode;
 use sigcast_e2e::{Stack, StackOptions};
 use sigcast_evm::{EvmRpc, RpcPool};
 use sigcast_proto::pb;

@@ -3,9 +3,11 @@
 //! in parallel.
 
 mod proxy;
+pub mod solana_node;
 mod stack;
 
 pub use proxy::{Fault, FaultProxy, ProxyStats};
+pub use solana_node::SolanaNode;
 pub use stack::{Anvil, SoftHsm, Stack, StackOptions, signer_client};
 
 use std::net::{SocketAddr, TcpListener};

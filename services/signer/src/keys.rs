@@ -25,7 +25,7 @@ pub enum KeyError {
         reason: String,
     },
     /// A dev key could not be derived from the test mnemonic.
-    #[error("deriving anvil dev key {index}: {reason}")]
+    #[error("deriving dev key {index}: {reason}")]
     Derivation {
         /// Its index.
         index: u32,
@@ -423,6 +423,77 @@ pub fn import_anvil_dev_keys(
     Ok(imported)
 }
 
+/// The Ed25519 key of Solana dev account `index`: the same public test mnemonic at Solana's
+/// path m/44'/501'/index'/0' (SLIP-0010, as `solana-keygen` and wallets derive it), so a
+/// local cluster can fund well-known accounts. Never use them on a real network.
+pub fn solana_dev_key(index: u32) -> Result<ed25519_dalek::SigningKey, KeyError> {
+    use alloy_signer_local::coins_bip39::{English, Mnemonic};
+    let seed = Mnemonic::<English>::new_from_phrase(ANVIL_MNEMONIC)
+        .and_then(|m| m.to_seed(None))
+        .map_err(|e| KeyError::Derivation {
+            index,
+            reason: e.to_string(),
+        })?;
+    let secret = slip10_ed25519(&seed, &[44, 501, index, 0]);
+    Ok(ed25519_dalek::SigningKey::from_bytes(&secret))
+}
+
+/// SLIP-0010 Ed25519 derivation along a path of hardened indices (Ed25519 has no other kind):
+/// the private key at its end.
+fn slip10_ed25519(seed: &[u8], path: &[u32]) -> Zeroizing<[u8; 32]> {
+    use hmac::{Hmac, Mac};
+    let hmac = |key: &[u8], parts: &[&[u8]]| {
+        let mut mac = Hmac::<sha2::Sha512>::new_from_slice(key).expect("HMAC takes any key");
+        for part in parts {
+            mac.update(part);
+        }
+        Zeroizing::new(<[u8; 64]>::from(mac.finalize().into_bytes()))
+    };
+    let mut node = hmac(b"ed25519 seed", &[seed]);
+    for index in path {
+        let hardened = (index | 0x8000_0000).to_be_bytes();
+        node = hmac(&node[32..], &[&[0], &node[..32], &hardened]);
+    }
+    let mut secret = Zeroizing::new([0u8; 32]);
+    secret.copy_from_slice(&node[..32]);
+    secret
+}
+
+/// Writes keystores for the first `count` Solana dev accounts ([`solana_dev_key`]) into `dir`,
+/// encrypted with `passphrase`; returns their base58 accounts. Existing files are kept.
+pub fn import_solana_dev_keys(
+    dir: &Path,
+    passphrase: &str,
+    count: u32,
+) -> Result<Vec<String>, KeyError> {
+    std::fs::create_dir_all(dir).map_err(|e| KeyError::Dir {
+        dir: dir.into(),
+        reason: e.to_string(),
+    })?;
+    let mut imported = Vec::new();
+    for index in 0..count {
+        let key = solana_dev_key(index)?;
+        let account = bs58::encode(key.verifying_key().to_bytes()).into_string();
+        let name = format!("{ED25519_PREFIX}{account}.json");
+        if !dir.join(&name).exists() {
+            let seed = Zeroizing::new(key.to_bytes());
+            eth_keystore::encrypt_key(
+                dir,
+                &mut rand::thread_rng(),
+                seed.as_slice(),
+                passphrase,
+                Some(&name),
+            )
+            .map_err(|e| KeyError::File {
+                file: dir.join(&name),
+                reason: e.to_string(),
+            })?;
+        }
+        imported.push(account);
+    }
+    Ok(imported)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -467,5 +538,68 @@ mod tests {
         }
         let wrong = Keyring::load(dir.path(), "wrong").unwrap_err();
         assert!(!wrong.to_string().contains("ac0974"));
+    }
+
+    #[test]
+    fn slip10_matches_the_published_ed25519_vectors() {
+        // SLIP-0010, test vector 1 for ed25519: m, m/0H and m/0H/1H.
+        let seed = hex::decode("000102030405060708090a0b0c0d0e0f").unwrap();
+        for (path, private) in [
+            (
+                &[][..],
+                "2b4be7f19ee27bbf30c667b642d5f4aa69fd169872f8fc3059c08ebae2eb19e7",
+            ),
+            (
+                &[0][..],
+                "68e0fe46dfb67e368c75379acec591dad19df3cde26e63b93a8e704f1dade7a3",
+            ),
+            (
+                &[0, 1][..],
+                "b1d0bad404bf35da785a64ca1ac54b2617211d2777696fbffaf208f746ae84f2",
+            ),
+        ] {
+            assert_eq!(
+                hex::encode(*slip10_ed25519(&seed, path)),
+                private,
+                "{path:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn solana_dev_keys_are_the_wallets_accounts_of_the_test_mnemonic() {
+        // What solana-keygen and wallets derive from "test test … junk" at m/44'/501'/i'/0'.
+        for (index, account) in [
+            (0, "oeYf6KAJkLYhBuR8CiGc6L4D4Xtfepr85fuDgA9kq96"),
+            (1, "AqynRZwvVqUPRwRJXvm6odUb3t93fDjnWe3p6BeuUFxD"),
+        ] {
+            let key = solana_dev_key(index).unwrap();
+            assert_eq!(
+                bs58::encode(key.verifying_key().to_bytes()).into_string(),
+                account
+            );
+        }
+    }
+
+    #[test]
+    fn solana_dev_keys_round_trip_through_encrypted_keystores() {
+        let dir = tempfile::tempdir().unwrap();
+        let imported = import_solana_dev_keys(dir.path(), "pass phrase", 2).unwrap();
+        assert_eq!(imported.len(), 2);
+        assert_ne!(imported[0], imported[1]);
+        assert_eq!(
+            import_solana_dev_keys(dir.path(), "pass phrase", 2).unwrap(),
+            imported,
+            "importing again keeps the same files"
+        );
+        let keyring = Keyring::load(dir.path(), "pass phrase").unwrap();
+        let held: Vec<String> = keyring
+            .ed25519_entries()
+            .into_iter()
+            .map(|(account, _)| account)
+            .collect();
+        for account in &imported {
+            assert!(held.contains(account), "{account} in {held:?}");
+        }
     }
 }

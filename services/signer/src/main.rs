@@ -65,12 +65,17 @@ enum NonceCommand {
 
 #[derive(Debug, Subcommand)]
 enum KeysCommand {
-    /// Write encrypted keystores for anvil's well-known dev accounts (local chains only).
+    /// Write encrypted keystores for the well-known dev accounts of the public test mnemonic
+    /// (local chains only): anvil's (secp256k1), or Solana's at m/44'/501'/i'/0' (ed25519);
+    /// prints each account.
     ImportDev {
         /// How many dev accounts, from the first: as many as anvil funds (`anvil --accounts N`,
         /// ten by default).
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(0..=10_000))]
         count: u32,
+        /// secp256k1 (anvil's EVM accounts) or ed25519 (Solana accounts).
+        #[arg(long, default_value = "secp256k1", value_parser = ["secp256k1", "ed25519"])]
+        algorithm: String,
     },
     /// Encrypt an existing secp256k1 key (hex in a file) into a keystore; prints its account.
     /// Destroy the plain file afterwards.
@@ -163,10 +168,16 @@ async fn serve() -> anyhow::Result<()> {
                 anyhow::Ok(token::Token::open(pkcs11)?)
             };
             match command {
-                KeysCommand::ImportDev { count } => {
-                    for account in
+                KeysCommand::ImportDev { count, algorithm } => {
+                    let accounts = if algorithm == "ed25519" {
+                        keys::import_solana_dev_keys(&config.keystore_dir, &passphrase()?, count)?
+                    } else {
                         keys::import_anvil_dev_keys(&config.keystore_dir, &passphrase()?, count)?
-                    {
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect()
+                    };
+                    for account in accounts {
                         println!("{account}");
                     }
                 }

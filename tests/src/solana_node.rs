@@ -1,5 +1,6 @@
-//! A Solana JSON-RPC node for tests: the real Solana runtime (crate `litesvm`) behind the RPC
-//! methods sigcast uses, with slots advancing on a timer so blockhashes really expire.
+//! A Solana JSON-RPC node for tests and local development (`sigcast-solana-dev`): the real
+//! Solana runtime (crate `litesvm`) behind the RPC methods sigcast uses, and `requestAirdrop`,
+//! with slots advancing on a timer so blockhashes really expire. State lives in memory only.
 //!
 //! litesvm itself accepts only its latest blockhash; this node keeps the validator's window
 //! instead: a blockhash is valid until its `lastValidBlockHeight` (150 slots after it), the
@@ -69,18 +70,24 @@ impl Chain {
 }
 
 /// A running node; stops when dropped.
-pub(crate) struct SolanaNode {
+pub struct SolanaNode {
     /// Its JSON-RPC URL.
-    pub(crate) url: String,
+    pub url: String,
     /// Its address.
-    pub(crate) addr: std::net::SocketAddr,
+    pub addr: std::net::SocketAddr,
     chain: Arc<Mutex<Chain>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl SolanaNode {
-    /// Starts a node producing a slot every `slot_time`.
-    pub(crate) async fn start(slot_time: Duration) -> Self {
+    /// Starts a node on a free loopback port, producing a slot every `slot_time`.
+    pub async fn start(slot_time: Duration) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::serve_on(listener, slot_time)
+    }
+
+    /// Starts a node answering on `listener`, producing a slot every `slot_time`.
+    pub fn serve_on(listener: TcpListener, slot_time: Duration) -> Self {
         let svm = LiteSVM::new()
             .with_blockhash_check(false)
             .with_transaction_history(0);
@@ -95,8 +102,7 @@ impl SolanaNode {
         };
         chain.tick();
         let chain = Arc::new(Mutex::new(chain));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+        let addr = listener.local_addr().expect("a bound listener");
         let ticker = {
             let chain = chain.clone();
             tokio::spawn(async move {
@@ -127,7 +133,7 @@ impl SolanaNode {
     }
 
     /// Credits `lamports` to `account`.
-    pub(crate) fn airdrop(&self, account: [u8; 32], lamports: u64) {
+    pub fn airdrop(&self, account: [u8; 32], lamports: u64) {
         let mut chain = self.chain.lock().unwrap();
         chain
             .svm
@@ -136,7 +142,7 @@ impl SolanaNode {
     }
 
     /// Overwrites a nonce account's value, as if someone else had advanced it.
-    pub(crate) fn set_nonce_value(&self, account: [u8; 32], value: [u8; 32]) {
+    pub fn set_nonce_value(&self, account: [u8; 32], value: [u8; 32]) {
         let mut chain = self.chain.lock().unwrap();
         let key = Pubkey::new_from_array(account);
         let mut data = chain.svm.get_account(&key).expect("nonce account");
@@ -146,12 +152,17 @@ impl SolanaNode {
 
     /// Forgets history before `slot`, as a node with limited retention does: it then answers
     /// that its history starts there.
-    pub(crate) fn prune_history_before(&self, slot: u64) {
+    pub fn prune_history_before(&self, slot: u64) {
         self.chain.lock().unwrap().first_available_slot = slot;
     }
 
+    /// Its genesis hash (base58), which names its cluster.
+    pub fn genesis_hash(&self) -> String {
+        self.chain.lock().unwrap().genesis.to_string()
+    }
+
     /// The current slot (= block height).
-    pub(crate) fn slot(&self) -> u64 {
+    pub fn slot(&self) -> u64 {
         self.chain.lock().unwrap().slot
     }
 }
@@ -317,6 +328,20 @@ fn handle(chain: &mut Chain, method: &str, params: &Value) -> RpcResult {
             Ok(chain.context(json!(statuses)))
         }
         "sendTransaction" => send_transaction(chain, params),
+        "requestAirdrop" => {
+            let key = pubkey_param(params, 0)?;
+            let lamports = params
+                .get(1)
+                .and_then(Value::as_u64)
+                .ok_or_else(|| invalid("missing lamports"))?;
+            let landed = chain
+                .svm
+                .airdrop(&key, lamports)
+                .map_err(|e| (-32603, format!("airdrop failed: {:?}", e.err)))?;
+            let slot = chain.slot;
+            chain.statuses.insert(landed.signature, (slot, None));
+            Ok(json!(landed.signature.to_string()))
+        }
         other => Err((-32601, format!("Method not found: {other}"))),
     }
 }

@@ -345,8 +345,11 @@ impl RpcPool {
                     Ok(value) => {
                         outstanding[n] = None;
                         if hedged.contains(&n) {
-                            let label = self.endpoints[order[n]].label.as_str();
-                            metrics::inc(&metrics::metrics().hedges_won, &[("endpoint", label)]);
+                            let endpoint = self.endpoints[order[n]].label.as_str();
+                            metrics::inc(
+                                &metrics::metrics().hedges_won,
+                                &[("method", method), ("endpoint", endpoint)],
+                            );
                         }
                         // The requests still in flight are dropped: count what they cost.
                         for (other, started) in outstanding.iter().enumerate() {
@@ -370,8 +373,14 @@ impl RpcPool {
                     }
                 },
                 _ = tokio::time::sleep(delay), if launched < order.len() => {
-                    tracing::debug!(method, endpoint = %self.endpoints[order[launched]].label, "hedging read");
-                    metrics::inc(&metrics::metrics().hedges_fired, &[("method", method)]);
+                    // Counted by the endpoint the hedge goes to, as a win is: won / fired is
+                    // how often hedging to that endpoint paid off.
+                    let endpoint = self.endpoints[order[launched]].label.as_str();
+                    tracing::debug!(method, endpoint, "hedging read");
+                    metrics::inc(
+                        &metrics::metrics().hedges_fired,
+                        &[("method", method), ("endpoint", endpoint)],
+                    );
                     hedged.push(launched);
                     in_flight.push(launch(launched));
                     outstanding[launched] = Some(Instant::now());
@@ -534,6 +543,28 @@ mod tests {
             "reads no longer start at the slow endpoint"
         );
         assert!(requests_b.load(Ordering::Relaxed) >= 30);
+    }
+
+    #[tokio::test]
+    async fn hedges_fired_and_won_carry_the_same_labels_so_one_divides_the_other() {
+        let counter = || std::sync::Arc::new(AtomicU64::new(0));
+        let slow = endpoint(std::sync::Arc::new(AtomicU64::new(3_000)), counter()).await;
+        let fast = endpoint(counter(), counter()).await;
+        let pool = RpcPool::new(&[slow, fast.clone()], Duration::from_secs(5)).unwrap();
+        // The slow endpoint ranks first (configured first, nothing measured yet), so the read
+        // hedges to the fast one, which wins.
+        pool.read("hedge_labels_test", json!([])).await.unwrap();
+        let labels = metrics::owned(&[("method", "hedge_labels_test"), ("endpoint", &fast)]);
+        let fired = metrics::metrics()
+            .hedges_fired
+            .get(&labels)
+            .map(|c| c.get());
+        let won = metrics::metrics().hedges_won.get(&labels).map(|c| c.get());
+        assert_eq!(
+            (fired, won),
+            (Some(1), Some(1)),
+            "fired and won, by method and endpoint"
+        );
     }
 
     #[tokio::test]

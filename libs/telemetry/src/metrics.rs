@@ -41,9 +41,9 @@ pub struct Metrics {
     pub rpc_requests: Family<Labels, Counter>,
     /// JSON-RPC latency by endpoint and method.
     pub rpc_duration: Histograms,
-    /// Reads hedged to a further endpoint, by method.
+    /// Reads hedged to a further endpoint, by method and that endpoint.
     pub hedges_fired: Family<Labels, Counter>,
-    /// Hedged reads answered first by the hedge, by endpoint.
+    /// Hedged reads answered first by the hedge, by method and its endpoint (as fired).
     pub hedges_won: Family<Labels, Counter>,
     /// Nonces in flight per account: the nonce just signed minus the chain's count.
     pub nonce_lag: Family<Labels, Gauge>,

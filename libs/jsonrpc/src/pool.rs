@@ -127,7 +127,7 @@ impl RpcPool {
             .connect_timeout(timeout.min(Duration::from_secs(5)))
             .build()
             .map_err(|e| Error::Client(e.to_string()))?;
-        let endpoints = urls
+        let endpoints: Vec<Endpoint> = urls
             .iter()
             .map(|url| Endpoint {
                 url: url.clone(),
@@ -139,6 +139,12 @@ impl RpcPool {
                 }),
             })
             .collect();
+        // Hedges of every endpoint exported from the start, at 0 until one fires.
+        for endpoint in &endpoints {
+            let labels = [("endpoint", endpoint.label.as_str())];
+            metrics::declare(&metrics::metrics().hedges_fired, &labels);
+            metrics::declare(&metrics::metrics().hedges_won, &labels);
+        }
         Ok(Self {
             endpoints,
             http,
@@ -346,10 +352,7 @@ impl RpcPool {
                         outstanding[n] = None;
                         if hedged.contains(&n) {
                             let endpoint = self.endpoints[order[n]].label.as_str();
-                            metrics::inc(
-                                &metrics::metrics().hedges_won,
-                                &[("method", method), ("endpoint", endpoint)],
-                            );
+                            metrics::inc(&metrics::metrics().hedges_won, &[("endpoint", endpoint)]);
                         }
                         // The requests still in flight are dropped: count what they cost.
                         for (other, started) in outstanding.iter().enumerate() {
@@ -377,10 +380,7 @@ impl RpcPool {
                     // how often hedging to that endpoint paid off.
                     let endpoint = self.endpoints[order[launched]].label.as_str();
                     tracing::debug!(method, endpoint, "hedging read");
-                    metrics::inc(
-                        &metrics::metrics().hedges_fired,
-                        &[("method", method), ("endpoint", endpoint)],
-                    );
+                    metrics::inc(&metrics::metrics().hedges_fired, &[("endpoint", endpoint)]);
                     hedged.push(launched);
                     in_flight.push(launch(launched));
                     outstanding[launched] = Some(Instant::now());
@@ -553,18 +553,18 @@ mod tests {
         let pool = RpcPool::new(&[slow, fast.clone()], Duration::from_secs(5)).unwrap();
         // The slow endpoint ranks first (configured first, nothing measured yet), so the read
         // hedges to the fast one, which wins.
-        pool.read("hedge_labels_test", json!([])).await.unwrap();
-        let labels = metrics::owned(&[("method", "hedge_labels_test"), ("endpoint", &fast)]);
-        let fired = metrics::metrics()
-            .hedges_fired
-            .get(&labels)
-            .map(|c| c.get());
-        let won = metrics::metrics().hedges_won.get(&labels).map(|c| c.get());
-        assert_eq!(
-            (fired, won),
-            (Some(1), Some(1)),
-            "fired and won, by method and endpoint"
-        );
+        let labels = metrics::owned(&[("endpoint", &fast)]);
+        let count = || {
+            let fired = metrics::metrics()
+                .hedges_fired
+                .get(&labels)
+                .map(|c| c.get());
+            let won = metrics::metrics().hedges_won.get(&labels).map(|c| c.get());
+            (fired, won)
+        };
+        assert_eq!(count(), (Some(0), Some(0)), "exported at 0 from the start");
+        pool.read("eth_blockNumber", json!([])).await.unwrap();
+        assert_eq!(count(), (Some(1), Some(1)), "fired and won, by endpoint");
     }
 
     #[tokio::test]

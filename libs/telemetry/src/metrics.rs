@@ -41,9 +41,9 @@ pub struct Metrics {
     pub rpc_requests: Family<Labels, Counter>,
     /// JSON-RPC latency by endpoint and method.
     pub rpc_duration: Histograms,
-    /// Reads hedged to a further endpoint, by method and that endpoint.
+    /// Reads hedged to a further endpoint, by that endpoint.
     pub hedges_fired: Family<Labels, Counter>,
-    /// Hedged reads answered first by the hedge, by method and its endpoint (as fired).
+    /// Hedged reads answered first by the hedge, by its endpoint (as fired).
     pub hedges_won: Family<Labels, Counter>,
     /// Nonces in flight per account: the nonce just signed minus the chain's count.
     pub nonce_lag: Family<Labels, Gauge>,
@@ -201,6 +201,13 @@ pub fn metrics() -> &'static Metrics {
 /// Adds one to `family` at `labels`.
 pub fn inc(family: &Family<Labels, Counter>, labels: &[(&'static str, &str)]) {
     family.get_or_create(&owned(labels)).inc();
+}
+
+/// Declares a counter's series at 0 before anything happens. A family is exported only once it
+/// has a series, and `increase()` over a series born at 1 misses that first event: an alert on
+/// the first refusal would never fire, and a dashboard would show nothing rather than 0.
+pub fn declare(family: &Family<Labels, Counter>, labels: &[(&'static str, &str)]) {
+    let _ = family.get_or_create(&owned(labels));
 }
 
 /// The label set of `labels`.

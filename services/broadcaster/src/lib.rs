@@ -30,6 +30,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let store = Store::open(&config.store)?;
     let worker = Worker::new(&config, store)?;
+    worker.declare_metrics();
     let prober = worker.clone();
     let (health, health_service) = tonic_health::server::health_reporter();
     health

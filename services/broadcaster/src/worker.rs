@@ -169,6 +169,32 @@ impl Worker {
         }
     }
 
+    /// Declares every series the worker counts for its chains at 0 from the start (see
+    /// [`metrics::declare`]); the in-flight gauges start at 0 too.
+    pub fn declare_metrics(&self) {
+        let m = metrics::metrics();
+        for chain in self.chains.keys() {
+            for outcome in ["accepted", "rejected", "unknown"] {
+                metrics::declare(&m.attempts, &[("chain", chain), ("outcome", outcome)]);
+            }
+            metrics::declare(&m.resends, &[("chain", chain)]);
+            for resolution in ["CONFIRMED", "REJECTED", "CANCELLED"] {
+                metrics::declare(
+                    &m.unknown_resolved,
+                    &[("chain", chain), ("resolution", resolution)],
+                );
+            }
+        }
+        for state in ["SENT", "CONFIRMED", "REJECTED", "CANCELLED"] {
+            metrics::declare(&m.transitions, &[("state", state)]);
+        }
+        for state in ["RECEIVED", "SIGNED", "SENT"] {
+            let _ = m
+                .in_flight
+                .get_or_create(&metrics::owned(&[("state", state)]));
+        }
+    }
+
     async fn take(&self, state: pb::OperationState) -> anyhow::Result<Vec<pb::Operation>> {
         let chains: Vec<String> = self.chains.keys().cloned().collect();
         let ops = self

@@ -512,6 +512,11 @@ impl Gateway {
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchOperationResponse, Status>> + Send>>;
 
+/// Every `result` a submit is counted under (`submits_total{result}`).
+pub(crate) const SUBMIT_RESULTS: [&str; 6] = [
+    "created", "replayed", "conflict", "invalid", "denied", "failed",
+];
+
 #[tonic::async_trait]
 impl OperationService for Gateway {
     async fn submit_operation(

@@ -39,6 +39,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let store = Store::open(&config.store)?;
+    declare_metrics();
     let (stop_watches, watches_stopped) = tokio::sync::watch::channel(false);
     let gateway = Gateway::new(
         store,
@@ -188,5 +189,18 @@ async fn serve_or_log(
 ) {
     if let Err(error) = serve(router, listener, tls, stop).await {
         tracing::error!(listener = name, %error, "listener failed");
+    }
+}
+
+/// The gateway's counters, each series it can count declared at 0 from the start (see
+/// [`sigcast_telemetry::metrics::declare`]).
+fn declare_metrics() {
+    use sigcast_telemetry::metrics::{self, declare};
+    let m = metrics::metrics();
+    for result in grpc::SUBMIT_RESULTS {
+        declare(&m.submits, &[("result", result)]);
+    }
+    for state in ["RECEIVED", "CANCELLED"] {
+        declare(&m.transitions, &[("state", state)]);
     }
 }

@@ -141,6 +141,21 @@ impl Error {
     }
 }
 
+/// Every reason a refusal is counted under (`signer_refusals_total{reason}`): those of
+/// [`Error::refusal_reason`] and a caller the signer does not allow.
+pub(crate) const REFUSAL_REASONS: [&str; 7] = [
+    CALLER_NOT_ALLOWED,
+    REFUSED_NO_KEY,
+    REFUSED_BY_POLICY,
+    "INTERLOCK",
+    "NOT_SIGNABLE",
+    "NOT_RECORDED",
+    AT_FEE_CAP,
+];
+
+/// Refusal reason: the caller is not one the signer serves.
+pub(crate) const CALLER_NOT_ALLOWED: &str = "CALLER_NOT_ALLOWED";
+
 /// ErrorInfo reason: the signer holds no key for the operation's account.
 const REFUSED_NO_KEY: &str = "NO_KEY";
 /// ErrorInfo reason: the key's policy forbids the operation.

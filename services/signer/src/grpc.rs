@@ -66,7 +66,7 @@ impl api::signer_service_server::SignerService for Signer {
         let caller = self.authorize(&request).inspect_err(|_| {
             metrics::inc(
                 &metrics::metrics().signer_refusals,
-                &[("reason", "CALLER_NOT_ALLOWED")],
+                &[("reason", crate::error::CALLER_NOT_ALLOWED)],
             );
         })?;
         let request = request.into_inner();

@@ -78,6 +78,7 @@ pub async fn run(
     let store = Store::open(&config.store)?;
     let signer = Signer::new(&config, store, keyring)?;
     signer.check_chains().await?;
+    declare_metrics();
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<SignerServiceServer<Signer>>().await;
@@ -152,4 +153,25 @@ pub async fn run(
     }
     tracing::info!("signer stopped");
     Ok(())
+}
+
+/// The signer's counters, each series it can count declared at 0 from the start (see
+/// [`sigcast_telemetry::metrics::declare`]).
+fn declare_metrics() {
+    use sigcast_proto::sigcast::signer::v1::SignPurpose;
+    use sigcast_telemetry::metrics::{self, declare};
+    let m = metrics::metrics();
+    for reason in error::REFUSAL_REASONS {
+        declare(&m.signer_refusals, &[("reason", reason)]);
+    }
+    for purpose in [
+        SignPurpose::Initial,
+        SignPurpose::FeeBump,
+        SignPurpose::Cancel,
+        SignPurpose::Resign,
+        SignPurpose::GapFill,
+    ] {
+        declare(&m.signatures, &[("purpose", purpose.as_str_name())]);
+    }
+    declare(&m.transitions, &[("state", "SIGNED")]);
 }

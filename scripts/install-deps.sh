@@ -26,6 +26,7 @@ command -v clang >/dev/null 2>&1 || need_apt+=(clang)
 [ -f /usr/lib/softhsm/libsofthsm2.so ] || need_apt+=(softhsm2)
 command -v pkcs11-tool >/dev/null 2>&1 || need_apt+=(opensc)
 ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need_apt+=(libfaketime)
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus) # promtool: the chart's alert rules
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

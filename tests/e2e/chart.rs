@@ -175,17 +175,22 @@ fn the_chart_lints_renders_validates_and_configures_each_service() {
         "the operator's cluster-file ConfigMap"
     );
 
-    // Production-like: 3 replicas each, FoundationDB, mTLS, ServiceMonitor. Custom resources
-    // (ServiceMonitor, cert-manager Certificates) have no offline schema: only they may warn.
+    // Production-like: 3 replicas each, FoundationDB, mTLS, ServiceMonitor, alerts and
+    // dashboard. Custom resources (ServiceMonitor, PrometheusRule, cert-manager Certificates)
+    // have no offline schema: only they may warn.
     let production = render(Some("production-values.yaml"));
     for warning in validate(&production, scratch.path(), "production.yaml") {
         assert!(
-            warning.contains("kind ServiceMonitor") || warning.contains("kind Certificate"),
+            warning.contains("kind ServiceMonitor")
+                || warning.contains("kind Certificate")
+                || warning.contains("kind PrometheusRule"),
             "{warning}"
         );
     }
     assert_eq!(production.matches("replicas: 3").count(), 3);
     assert!(production.contains("kind: ServiceMonitor"));
+    // The services' own `service` label (build_info, grpc_server_*) survives the scrape.
+    assert!(production.contains("honorLabels: true"));
     let f = facts(&production);
     check_pods(&f);
     load_configs(&f, scratch.path());
@@ -241,4 +246,82 @@ fn values_that_break_the_schema_are_refused_by_helm_lint() {
     ] {
         assert!(said.contains(field), "{field} named in:\n{said}");
     }
+}
+
+/// `promtool` on `args`; its output.
+fn promtool(args: &[&str], dir: &Path) -> String {
+    let output = run(Command::new("promtool").args(args).current_dir(dir));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn alerts_pass_promtool_and_the_dashboard_s_queries_parse_and_both_render_as_written() {
+    let monitoring = chart().join("monitoring");
+    // The rules: valid, and each alert firing (and staying silent) as its unit tests say.
+    let checked = promtool(&["check", "rules", "alerts.yaml"], &monitoring);
+    assert!(checked.contains("SUCCESS: 7 rules found"), "{checked}");
+    let tested = promtool(&["test", "rules", "alerts.test.yaml"], &monitoring);
+    assert!(tested.contains("SUCCESS"), "{tested}");
+
+    // Every alert is unit-tested.
+    let rules = std::fs::read_to_string(monitoring.join("alerts.yaml")).unwrap();
+    let tests = std::fs::read_to_string(monitoring.join("alerts.test.yaml")).unwrap();
+    for alert in rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+    {
+        assert!(
+            tests.contains(&format!("alertname: {alert}\n")),
+            "{alert} has no promtool test"
+        );
+    }
+
+    // The dashboard's queries parse as PromQL: each becomes a recording rule promtool checks.
+    let output = run(Command::new("python3")
+        .arg(repo().join("tests/tools/monitoring.py"))
+        .arg("queries")
+        .arg(chart()));
+    let queries: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    let panel_exprs: Vec<&str> = queries
+        .iter()
+        .filter(|q| q["source"].as_str().unwrap().starts_with("panel "))
+        .map(|q| q["expr"].as_str().unwrap())
+        .collect();
+    assert!(panel_exprs.len() >= 15, "{panel_exprs:?}");
+    let scratch = tempfile::tempdir().unwrap();
+    let recording: String = panel_exprs
+        .iter()
+        .enumerate()
+        .map(|(i, expr)| format!("      - record: dashboard:panel_{i}\n        expr: {expr:?}\n"))
+        .collect();
+    std::fs::write(
+        scratch.path().join("panels.yaml"),
+        format!("groups:\n  - name: dashboard\n    rules:\n{recording}"),
+    )
+    .unwrap();
+    let checked = promtool(&["check", "rules", "panels.yaml"], scratch.path());
+    assert!(
+        checked.contains(&format!("SUCCESS: {} rules found", panel_exprs.len())),
+        "{checked}"
+    );
+
+    // Rendered: off by default; when on, the PrometheusRule is the rule file as checked, and
+    // the ConfigMap holds the dashboard as written, under the sidecar's label.
+    let default = facts(&render(None));
+    assert!(default.get("prometheus_rules").is_none());
+    assert!(default["configmaps"].get("sigcast.json").is_none());
+    let production = facts(&render(Some("production-values.yaml")));
+    let output = run(Command::new("python3")
+        .arg(repo().join("tests/tools/monitoring.py"))
+        .arg("rules")
+        .arg(chart()));
+    let file: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(production["prometheus_rules"], serde_json::json!([file]));
+    let dashboard: Value =
+        serde_json::from_str(&std::fs::read_to_string(monitoring.join("dashboard.json")).unwrap())
+            .unwrap();
+    let rendered: Value =
+        serde_json::from_str(production["configmaps"]["sigcast.json"].as_str().unwrap()).unwrap();
+    assert_eq!(rendered, dashboard);
+    assert!(render(Some("production-values.yaml")).contains("grafana_dashboard: \"1\""));
 }

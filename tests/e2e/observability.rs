@@ -230,7 +230,8 @@ async fn every_operation_is_one_trace_across_the_three_services_and_a_restart() 
 }
 
 /// GET /metrics from `addr`, parsed by the reference parser: sample → value.
-async fn scrape(addr: std::net::SocketAddr) -> HashMap<String, f64> {
+/// A service's /metrics text.
+async fn metrics_text(addr: std::net::SocketAddr) -> String {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream
         .write_all(b"GET /metrics HTTP/1.1\r\nHost: sigcast\r\nConnection: close\r\n\r\n")
@@ -241,16 +242,21 @@ async fn scrape(addr: std::net::SocketAddr) -> HashMap<String, f64> {
     let (head, body) = response.split_once("\r\n\r\n").unwrap();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     // The body may be chunked: let hyper's framing go, keep the text lines.
-    let text: String = if head
+    if head
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked")
     {
         dechunk(body)
     } else {
         body.to_owned()
-    };
+    }
+}
+
+/// `text` parsed by the reference parser (`tests/tools/parse_metrics.py ARGS`).
+fn parse_metrics(text: &str, args: &[&str]) -> Value {
     let mut parser = Command::new("python3")
         .arg(repo().join("tests/tools/parse_metrics.py"))
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -264,6 +270,128 @@ async fn scrape(addr: std::net::SocketAddr) -> HashMap<String, f64> {
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// A service's samples: `{"name{labels}": value}`.
+async fn scrape(addr: std::net::SocketAddr) -> HashMap<String, f64> {
+    serde_json::from_value(parse_metrics(&metrics_text(addr).await, &[])).unwrap()
+}
+
+/// Labels Prometheus gives every scraped target: queries may group by them, services do not
+/// export them.
+const TARGET_LABELS: [&str; 5] = ["namespace", "job", "instance", "pod", "container"];
+
+/// Checks every series an alert or a dashboard panel of the chart queries against what the
+/// services at `addrs` export: each metric a declared family's sample name, each label it
+/// matches on one its samples carry, each label a query groups by on one of its metrics.
+/// Returns what could not be checked for want of samples (a family nothing has touched yet).
+async fn check_monitoring_queries(addrs: &[std::net::SocketAddr]) -> Vec<String> {
+    // Families of all the services, merged.
+    let mut families: HashMap<String, (String, BTreeSet<String>, BTreeSet<String>)> =
+        HashMap::new();
+    for addr in addrs {
+        let declared = parse_metrics(&metrics_text(*addr).await, &["--families"]);
+        for (name, family) in declared.as_object().unwrap() {
+            let entry = families.entry(name.clone()).or_insert_with(|| {
+                (
+                    family["type"].as_str().unwrap().to_owned(),
+                    BTreeSet::new(),
+                    BTreeSet::new(),
+                )
+            });
+            let strings = |key: &str| {
+                family[key]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_str().unwrap().to_owned())
+                    .collect::<Vec<_>>()
+            };
+            entry.1.extend(strings("samples"));
+            entry.2.extend(strings("labels"));
+        }
+    }
+    let sample_names = |family: &str, kind: &str| -> Vec<String> {
+        match kind {
+            "counter" => vec![format!("{family}_total")],
+            "histogram" => ["_bucket", "_sum", "_count"]
+                .iter()
+                .map(|s| format!("{family}{s}"))
+                .collect(),
+            _ => vec![family.to_owned()],
+        }
+    };
+    let output = Command::new("python3")
+        .arg(repo().join("tests/tools/monitoring.py"))
+        .arg("queries")
+        .arg(repo().join("deploy/helm/sigcast"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let queries: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(queries.len() >= 20, "alerts and panels: {queries:?}");
+    let mut unchecked = Vec::new();
+    for query in &queries {
+        let source = query["source"].as_str().unwrap();
+        let metrics = query["metrics"].as_object().unwrap();
+        assert!(!metrics.is_empty(), "{source} queries no sigcast series");
+        // The labels of the query's metrics that have samples; None if none has.
+        let mut known_labels: Option<BTreeSet<String>> = None;
+        for (metric, matched) in metrics {
+            let (family, (_, samples, labels)) = families
+                .iter()
+                .find(|(name, (kind, _, _))| sample_names(name, kind).contains(metric))
+                .unwrap_or_else(|| panic!("{source}: {metric} is not exported by any service"));
+            let matched: Vec<&str> = matched
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l.as_str().unwrap())
+                .filter(|l| !TARGET_LABELS.contains(l))
+                .collect();
+            if samples.is_empty() {
+                unchecked.push(format!(
+                    "{source}: labels {matched:?} of {family} (no sample)"
+                ));
+                continue;
+            }
+            for label in matched {
+                assert!(
+                    labels.contains(label),
+                    "{source}: {metric} has no label {label} (it has {labels:?})"
+                );
+            }
+            known_labels
+                .get_or_insert_with(BTreeSet::new)
+                .extend(labels.iter().cloned());
+        }
+        let grouped: Vec<&str> = query["by"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap())
+            .filter(|l| !TARGET_LABELS.contains(l))
+            .collect();
+        match &known_labels {
+            Some(labels) => {
+                for label in &grouped {
+                    assert!(
+                        labels.contains(*label),
+                        "{source}: groups by {label}, which none of its series has ({labels:?})"
+                    );
+                }
+            }
+            None if !grouped.is_empty() => {
+                unchecked.push(format!("{source}: grouping by {grouped:?} (no sample)"))
+            }
+            None => {}
+        }
+    }
+    unchecked
 }
 
 fn dechunk(mut body: &str) -> String {
@@ -501,5 +629,16 @@ async fn metrics_parse_as_prometheus_text_and_count_what_a_fault_run_did() {
             .iter()
             .all(|k| k.matches('/').count() == 2),
         "an endpoint label with a path: {endpoint_labelled:?}"
+    );
+    // The chart's alerts and dashboard query only what these services export.
+    let unchecked = check_monitoring_queries(&[
+        stack.metrics_addr("gateway"),
+        stack.metrics_addr("signer-0"),
+        stack.metrics_addr("broadcaster-0"),
+    ])
+    .await;
+    assert!(
+        unchecked.is_empty(),
+        "every family the chart queries has samples to check labels against: {unchecked:#?}"
     );
 }

@@ -1,7 +1,8 @@
 """Reads a rendered chart (multi-document YAML) on stdin; prints JSON facts for the tests:
 {"kinds": ["Deployment/x", ...], "containers": [{"workload", "name", "volumes", "secrets",
 "security", "pod_security", "probes", "pre_stop", "grace_seconds"}], "configs": {"gateway.toml": "...", ...} (from the
-services' config Secret), "configmaps": {key: value} (every ConfigMap's data)}."""
+services' config Secret), "configmaps": {key: value} (every ConfigMap's data),
+"prometheus_rules": [the spec of each PrometheusRule]}."""
 
 import json
 import sys
@@ -18,6 +19,8 @@ for doc in yaml.safe_load_all(sys.stdin):
         facts["configs"].update(doc.get("stringData", {}))
     if kind == "ConfigMap":
         facts.setdefault("configmaps", {}).update(doc.get("data", {}))
+    if kind == "PrometheusRule":
+        facts.setdefault("prometheus_rules", []).append(doc["spec"])
     if kind != "Deployment":
         continue
     pod = doc["spec"]["template"]["spec"]

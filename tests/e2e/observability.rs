@@ -219,12 +219,191 @@ async fn every_operation_is_one_trace_across_the_three_services_and_a_restart() 
             "{id}: signed payload exported"
         );
     }
+    // OpenTelemetry's conventions, on every span of one operation's trace.
+    check_conventions(&receiver.spans(), "traced-00");
+
+    // A refusal: the signer holds no key for this account. The broadcaster's client span is
+    // an error (every failed call is, for a client); the signer's server span is not (a
+    // refusal is the caller's problem, not the server failing).
+    let refused = "traced-no-key";
+    client
+        .submit_operation(transfer(
+            refused,
+            "0x0000000000000000000000000000000000000001",
+            &recipient(7),
+            1,
+        ))
+        .await
+        .unwrap();
+    let settled = wait_terminal(&stack, &[refused.to_owned()], Duration::from_secs(60)).await;
+    assert_eq!(settled[refused].state(), pb::OperationState::Rejected);
+    let sign_calls = |spans: &[Value]| -> Vec<Value> {
+        spans
+            .iter()
+            .filter(|s| s["trace_id"] == derived_trace_id(refused))
+            .filter(|s| s["name"] == "sigcast.signer.v1.SignerService/SignOperation")
+            .cloned()
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let calls = loop {
+        let calls = sign_calls(&receiver.spans());
+        if calls.iter().any(|s| s["kind"] == "SPAN_KIND_CLIENT")
+            && calls.iter().any(|s| s["kind"] == "SPAN_KIND_SERVER")
+        {
+            break calls;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "both ends of the refused call: {calls:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for call in &calls {
+        // PERMISSION_DENIED
+        assert_eq!(call["attributes"]["rpc.grpc.status_code"], "7", "{call:#}");
+        let expected = if call["kind"] == "SPAN_KIND_CLIENT" {
+            "STATUS_CODE_ERROR"
+        } else {
+            "STATUS_CODE_UNSET"
+        };
+        assert_eq!(call["status"]["code"], expected, "{call:#}");
+    }
+    ids.push(refused.to_owned());
+
     // Nothing else was exported: every span belongs to an operation's trace.
     let known: BTreeSet<String> = ids.iter().map(|id| derived_trace_id(id)).collect();
     for span in receiver.spans() {
         assert!(
             known.contains(span["trace_id"].as_str().unwrap()),
             "stray span {span}"
+        );
+    }
+}
+
+/// OpenTelemetry's semantic conventions on every span of `op_id`'s trace: a kind on each;
+/// RPC spans named `service/method` with `rpc.system`, `rpc.service`, `rpc.method` and an
+/// integer `rpc.grpc.status_code`, a client naming its server; one client span per JSON-RPC
+/// call naming the node by host and port, never its path; our own attributes under `sigcast.`;
+/// the signer's server span under the broadcaster's client span.
+fn check_conventions(spans: &[Value], op_id: &str) {
+    let trace: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["trace_id"] == derived_trace_id(op_id))
+        .collect();
+    let show = || format!("{trace:#?}");
+    // Namespaces of the conventions (and tracing-opentelemetry's code.* and thread.*).
+    const NAMESPACES: [&str; 5] = ["sigcast.", "rpc.", "server.", "code.", "thread."];
+    for span in &trace {
+        let kind = span["kind"].as_str().unwrap();
+        assert!(
+            ["SPAN_KIND_INTERNAL", "SPAN_KIND_SERVER", "SPAN_KIND_CLIENT"].contains(&kind),
+            "{span:#}"
+        );
+        for key in span["attributes"].as_object().unwrap().keys() {
+            assert!(
+                NAMESPACES.iter().any(|n| key.starts_with(n)),
+                "attribute {key} outside the conventions' namespaces: {span:#}"
+            );
+        }
+        let attribute = |key: &str| span["attributes"][key].as_str();
+        let rpc_system = attribute("rpc.system");
+        if kind != "SPAN_KIND_INTERNAL" {
+            assert!(
+                rpc_system.is_some(),
+                "an RPC span without rpc.system: {span:#}"
+            );
+        }
+        match rpc_system {
+            Some("grpc") => {
+                let name = format!(
+                    "{}/{}",
+                    attribute("rpc.service").unwrap(),
+                    attribute("rpc.method").unwrap()
+                );
+                assert_eq!(span["name"], name.as_str(), "{span:#}");
+                assert_eq!(
+                    span["attribute_types"]["rpc.grpc.status_code"], "int_value",
+                    "{span:#}"
+                );
+                if kind == "SPAN_KIND_CLIENT" {
+                    assert!(attribute("server.address").is_some(), "{span:#}");
+                }
+            }
+            Some("jsonrpc") => {
+                assert_eq!(kind, "SPAN_KIND_CLIENT", "{span:#}");
+                assert_eq!(span["name"].as_str(), attribute("rpc.method"), "{span:#}");
+                assert_eq!(attribute("server.address"), Some("127.0.0.1"), "{span:#}");
+                assert_eq!(span["attribute_types"]["server.port"], "int_value");
+            }
+            Some(other) => panic!("rpc.system {other}: {span:#}"),
+            None => {}
+        }
+    }
+    let named = |name: &str, kind: &str| -> Vec<&&Value> {
+        trace
+            .iter()
+            .filter(|s| s["name"] == name && s["kind"] == kind)
+            .collect()
+    };
+    for (name, kind) in [
+        (
+            "sigcast.v1.OperationService/SubmitOperation",
+            "SPAN_KIND_SERVER",
+        ),
+        (
+            "sigcast.signer.v1.SignerService/SignOperation",
+            "SPAN_KIND_CLIENT",
+        ),
+        (
+            "sigcast.signer.v1.SignerService/SignOperation",
+            "SPAN_KIND_SERVER",
+        ),
+        ("eth_sendRawTransaction", "SPAN_KIND_CLIENT"),
+        ("eth_getTransactionReceipt", "SPAN_KIND_CLIENT"),
+    ] {
+        assert!(
+            !named(name, kind).is_empty(),
+            "no {kind} span {name}: {}",
+            show()
+        );
+    }
+    // A successful server call has no error status; its code is OK (0).
+    let submit = named(
+        "sigcast.v1.OperationService/SubmitOperation",
+        "SPAN_KIND_SERVER",
+    )[0];
+    assert_eq!(submit["status"]["code"], "STATUS_CODE_UNSET");
+    assert_eq!(submit["attributes"]["rpc.grpc.status_code"], "0");
+    assert_eq!(submit["attributes"]["sigcast.op_id"], op_id);
+    // The signer's server span hangs under the broadcaster's client span.
+    let clients: BTreeSet<&str> = named(
+        "sigcast.signer.v1.SignerService/SignOperation",
+        "SPAN_KIND_CLIENT",
+    )
+    .iter()
+    .map(|s| s["span_id"].as_str().unwrap())
+    .collect();
+    for server in named(
+        "sigcast.signer.v1.SignerService/SignOperation",
+        "SPAN_KIND_SERVER",
+    ) {
+        assert!(
+            clients.contains(server["parent_span_id"].as_str().unwrap()),
+            "signer span not under the broadcaster's call: {}",
+            show()
+        );
+    }
+    // Sends and receipts are read by the broadcaster for this operation, under its stages.
+    let internal: BTreeSet<&str> = trace
+        .iter()
+        .filter(|s| s["kind"] == "SPAN_KIND_INTERNAL")
+        .map(|s| s["span_id"].as_str().unwrap())
+        .collect();
+    for call in named("eth_sendRawTransaction", "SPAN_KIND_CLIENT") {
+        assert!(
+            internal.contains(call["parent_span_id"].as_str().unwrap()),
+            "{call:#}"
         );
     }
 }

@@ -1,7 +1,9 @@
 """A minimal OTLP/gRPC trace receiver for tests: accepts ExportTraceServiceRequest on the
 port it prints, and appends one JSON line per span to the file named on the command line:
-{"trace_id", "span_id", "parent_span_id", "name", "service", "instance", "op_id",
-"attributes", "events"} — attributes and events whole, so tests can scan what was exported.
+{"trace_id", "span_id", "parent_span_id", "name", "kind", "status", "service", "instance",
+"op_id", "attributes", "attribute_types", "events"} — attributes and events whole, so tests can
+scan what was exported; kind as its OTLP name (SPAN_KIND_SERVER), status as {"code":
+STATUS_CODE_ERROR, "message"}, each attribute's OTLP value type (string_value, int_value).
 
 Usage: otlp_receiver.py OUTPUT_FILE   (prints "listening on PORT" once ready)
 """
@@ -13,12 +15,14 @@ from concurrent import futures
 
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.trace.v1 import trace_pb2
 
 LOCK = threading.Lock()
 
 
 def text(value):
-    return value.string_value or str(value.int_value or value.double_value or value.bool_value or "")
+    kind = value.WhichOneof("value")
+    return "" if kind is None else str(getattr(value, kind))
 
 
 def attribute(attributes, key):
@@ -45,10 +49,16 @@ class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
                         "span_id": span.span_id.hex(),
                         "parent_span_id": span.parent_span_id.hex(),
                         "name": span.name,
+                        "kind": trace_pb2.Span.SpanKind.Name(span.kind),
+                        "status": {
+                            "code": trace_pb2.Status.StatusCode.Name(span.status.code),
+                            "message": span.status.message,
+                        },
                         "service": service,
                         "instance": instance,
-                        "op_id": attribute(span.attributes, "op.id"),
+                        "op_id": attribute(span.attributes, "sigcast.op_id"),
                         "attributes": {kv.key: text(kv.value) for kv in span.attributes},
+                        "attribute_types": {kv.key: kv.value.WhichOneof("value") for kv in span.attributes},
                         "events": [
                             {"name": e.name, "attributes": {kv.key: text(kv.value) for kv in e.attributes}}
                             for e in span.events

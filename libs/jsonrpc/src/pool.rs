@@ -9,10 +9,11 @@ use crate::{Error, Result, RpcError};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde_json::{Value, json};
-use sigcast_telemetry::metrics;
+use sigcast_telemetry::{metrics, trace};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 /// Consecutive failures after which an endpoint is demoted.
 const DEMOTE_AFTER: u32 = 3;
@@ -217,8 +218,31 @@ impl RpcPool {
         result
     }
 
-    /// One request. Errors name the endpoint by its label: URLs often carry API keys.
+    /// One request, in a client span of its own when made for an operation (see
+    /// [`trace::jsonrpc_span`]). Errors name the endpoint by its label: URLs often carry API
+    /// keys.
     async fn post(
+        &self,
+        endpoint: &Endpoint,
+        method: &str,
+        params: &Value,
+    ) -> Result<Value, RpcError> {
+        let span = trace::jsonrpc_span(method, &endpoint.label);
+        let result = self
+            .post_untraced(endpoint, method, params)
+            .instrument(span.clone())
+            .await;
+        if let Err(error) = &result {
+            let node_code = match error {
+                RpcError::Node { code, .. } => Some(*code),
+                _ => None,
+            };
+            trace::record_failure(&span, node_code, &error.to_string());
+        }
+        result
+    }
+
+    async fn post_untraced(
         &self,
         endpoint: &Endpoint,
         method: &str,

@@ -150,7 +150,13 @@ pub fn init(
     // Spans are exported whatever the log filter says: the sampler decides.
     let otel = provider.as_ref().map(|provider| {
         use opentelemetry::trace::TracerProvider;
-        tracing_opentelemetry::layer().with_tracer(provider.tracer("sigcast"))
+        // Attributes by the conventions only: no busy/idle counters or tracing target outside
+        // any namespace, and no source location (ours would name the span helper).
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("sigcast"))
+            .with_tracked_inactivity(false)
+            .with_target(false)
+            .with_location(false)
     });
     let _ = tracing_subscriber::registry()
         .with(logs)

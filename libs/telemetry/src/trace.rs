@@ -65,23 +65,168 @@ fn op_root(op_id: &str) -> SpanContext {
     )
 }
 
-/// A span about one operation, named `name` in the trace, in the operation's trace. Its
-/// `chain`, `account`, `nonce`, `attempt`, `endpoint` and `outcome` are recorded as they
-/// become known (`span.record(..)`); log lines inside it carry its `op.id`.
+/// A span about one operation, named `name` in the trace, in the operation's trace: work
+/// inside one service (kind INTERNAL). Its `sigcast.chain`, `sigcast.account`, `sigcast.nonce`,
+/// `sigcast.attempt`, `sigcast.endpoint` and `sigcast.outcome` are recorded as they become
+/// known (`span.record(..)`); log lines inside it carry its `sigcast.op_id`.
 pub fn op_span(name: &'static str, op_id: &str) -> tracing::Span {
     let span = tracing::info_span!(
         "op",
         otel.name = name,
-        op.id = %op_id,
-        chain = tracing::field::Empty,
-        account = tracing::field::Empty,
-        nonce = tracing::field::Empty,
-        attempt = tracing::field::Empty,
-        endpoint = tracing::field::Empty,
-        outcome = tracing::field::Empty,
+        otel.kind = "internal",
+        sigcast.op_id = %op_id,
+        sigcast.chain = tracing::field::Empty,
+        sigcast.account = tracing::field::Empty,
+        sigcast.nonce = tracing::field::Empty,
+        sigcast.attempt = tracing::field::Empty,
+        sigcast.endpoint = tracing::field::Empty,
+        sigcast.outcome = tracing::field::Empty,
     );
     attach_op(&span, op_id);
     span
+}
+
+/// Which end of a gRPC call a span is: it decides which status codes are errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RpcSide {
+    /// The server handling the call.
+    Server,
+    /// The client making it.
+    Client,
+}
+
+/// The span of a gRPC call about one operation, by OpenTelemetry's RPC conventions: named
+/// `service/method`, kind SERVER or CLIENT, `rpc.system` "grpc", `rpc.service`, `rpc.method`,
+/// and `rpc.grpc.status_code` with the error status once [`traced`] has run it. A client span
+/// names its peer in `server.address` (host, or a Unix socket's path) and `server.port`.
+/// Not yet in any trace: call [`attach_op`] or [`attach_remote`] next.
+pub fn grpc_span(
+    side: RpcSide,
+    service: &'static str,
+    method: &'static str,
+    op_id: &str,
+    server: Option<(&str, Option<u16>)>,
+) -> tracing::Span {
+    let name = format!("{service}/{method}");
+    let kind = match side {
+        RpcSide::Server => "server",
+        RpcSide::Client => "client",
+    };
+    let span = tracing::info_span!(
+        "rpc",
+        otel.name = %name,
+        otel.kind = kind,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+        rpc.system = "grpc",
+        rpc.service = service,
+        rpc.method = method,
+        rpc.grpc.status_code = tracing::field::Empty,
+        server.address = tracing::field::Empty,
+        server.port = tracing::field::Empty,
+        sigcast.op_id = %op_id,
+        sigcast.purpose = tracing::field::Empty,
+        sigcast.attempt = tracing::field::Empty,
+    );
+    if let Some((address, port)) = server {
+        span.record("server.address", address);
+        if let Some(port) = port {
+            span.record("server.port", i64::from(port));
+        }
+    }
+    span
+}
+
+/// Runs a gRPC call's `work` inside its `span` (from [`grpc_span`]) and records how it ended:
+/// `rpc.grpc.status_code`, and the error status with the status message where the conventions
+/// call the code an error (every failure for a client; for a server only the codes that mean
+/// the server failed, not the caller).
+pub async fn traced<T>(
+    span: tracing::Span,
+    side: RpcSide,
+    work: impl std::future::Future<Output = Result<T, tonic::Status>>,
+) -> Result<T, tonic::Status> {
+    use tonic::Code;
+    use tracing::Instrument;
+    let result = work.instrument(span.clone()).await;
+    let (code, message) = match &result {
+        Ok(_) => (Code::Ok, ""),
+        Err(status) => (status.code(), status.message()),
+    };
+    span.record("rpc.grpc.status_code", code as i64);
+    let error = match side {
+        RpcSide::Client => code != Code::Ok,
+        RpcSide::Server => matches!(
+            code,
+            Code::Unknown
+                | Code::DeadlineExceeded
+                | Code::Unimplemented
+                | Code::Internal
+                | Code::Unavailable
+                | Code::DataLoss
+        ),
+    };
+    if error {
+        span.record("otel.status_code", "error");
+        span.record("otel.status_description", clip(message, 256));
+    }
+    result
+}
+
+/// The span of one JSON-RPC call to a node, by OpenTelemetry's RPC conventions: named by its
+/// method, kind CLIENT, `rpc.system` "jsonrpc", `rpc.method`, the endpoint's host and port as
+/// `server.address` and `server.port` (never its path, where providers put keys); a failure
+/// is recorded by [`record_failure`]. Made only inside a span (an operation's work), so calls
+/// outside any operation start no trace of their own: elsewhere it is a disabled span.
+pub fn jsonrpc_span(method: &str, endpoint_label: &str) -> tracing::Span {
+    if tracing::Span::current().is_none() {
+        return tracing::Span::none();
+    }
+    let authority = endpoint_label
+        .split_once("://")
+        .map_or(endpoint_label, |(_, rest)| rest);
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => {
+            (host, port.parse::<u16>().ok())
+        }
+        _ => (authority, None),
+    };
+    let span = tracing::info_span!(
+        "jsonrpc",
+        otel.name = method,
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+        rpc.system = "jsonrpc",
+        rpc.jsonrpc.version = "2.0",
+        rpc.method = method,
+        rpc.jsonrpc.error_code = tracing::field::Empty,
+        server.address = host.trim_start_matches('[').trim_end_matches(']'),
+        server.port = tracing::field::Empty,
+    );
+    if let Some(port) = port {
+        span.record("server.port", i64::from(port));
+    }
+    span
+}
+
+/// Records on a span from [`jsonrpc_span`] that its call failed: the node's JSON-RPC error
+/// code, if it answered one, and the error status.
+pub fn record_failure(span: &tracing::Span, node_code: Option<i64>, description: &str) {
+    if let Some(code) = node_code {
+        span.record("rpc.jsonrpc.error_code", code);
+    }
+    span.record("otel.status_code", "error");
+    span.record("otel.status_description", clip(description, 256));
+}
+
+/// At most `max` bytes of `text`, cut at a character boundary.
+fn clip(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// Puts `span` into its operation's trace. Call it right after creating a span about one

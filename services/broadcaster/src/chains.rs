@@ -104,7 +104,7 @@ pub(crate) async fn read_view(
                     return None;
                 }
                 None => {
-                    tracing::debug!(op.id = %op.op_id, endpoint = endpoint.label(), "chain id unreadable");
+                    tracing::debug!(sigcast.op_id = %op.op_id, endpoint = endpoint.label(), "chain id unreadable");
                     return None;
                 }
             }
@@ -118,7 +118,7 @@ pub(crate) async fn read_view(
             match sigcast_evm::evidence::read_view(endpoint, account, nonce, &attempts).await {
                 Ok(view) => Some(View::Evm(view)),
                 Err(error) => {
-                    tracing::debug!(op.id = %op.op_id, %error, "evidence unreadable");
+                    tracing::debug!(sigcast.op_id = %op.op_id, %error, "evidence unreadable");
                     None
                 }
             }

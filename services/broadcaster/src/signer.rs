@@ -4,7 +4,10 @@
 
 use crate::config::SignerTlsConfig;
 use sigcast_proto::sigcast::signer::v1::signer_service_client::SignerServiceClient;
-use sigcast_proto::sigcast::signer::v1::{SignOperationRequest, SignPurpose};
+use sigcast_proto::sigcast::signer::v1::{
+    SignOperationRequest, SignPurpose, signer_service_server,
+};
+use sigcast_telemetry::trace::{self, RpcSide};
 use std::time::Duration;
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
@@ -27,6 +30,10 @@ pub(crate) enum Refusal {
 #[derive(Clone)]
 pub(crate) struct SignerClient {
     client: SignerServiceClient<Channel>,
+    /// The signer as a span's `server.address` and `server.port`: its host and port, or its
+    /// Unix socket's path.
+    address: String,
+    port: Option<u16>,
 }
 
 impl SignerClient {
@@ -34,6 +41,14 @@ impl SignerClient {
     /// `https://` with our client certificate (mutual TLS), or `http://` (development).
     pub(crate) fn new(url: &str, tls: Option<&SignerTlsConfig>) -> anyhow::Result<Self> {
         let timeout = Duration::from_secs(30);
+        let (address, port) = match url.strip_prefix("unix:") {
+            Some(path) => (path.to_owned(), None),
+            None => {
+                let uri: tonic::codegen::http::Uri = url.parse()?;
+                let host = uri.host().unwrap_or_default();
+                (host.trim_matches(['[', ']']).to_owned(), uri.port_u16())
+            }
+        };
         let channel = if let Some(path) = url.strip_prefix("unix:") {
             sigcast_proto::unix_channel_lazy(path, timeout)
         } else {
@@ -59,6 +74,8 @@ impl SignerClient {
         };
         Ok(Self {
             client: SignerServiceClient::new(channel),
+            address,
+            port,
         })
     }
 
@@ -86,7 +103,20 @@ impl SignerClient {
             purpose: purpose.into(),
             replaces_attempt,
         };
-        match self.client.clone().sign_operation(traced(request)).await {
+        // A client span under the current (stage) span; the signer's span hangs under it.
+        let span = trace::grpc_span(
+            RpcSide::Client,
+            signer_service_server::SERVICE_NAME,
+            "SignOperation",
+            op_id,
+            Some((&self.address, self.port)),
+        );
+        span.record("sigcast.purpose", purpose.as_str_name());
+        let answer = trace::traced(span, RpcSide::Client, async {
+            self.client.clone().sign_operation(traced(request)).await
+        })
+        .await;
+        match answer {
             Ok(response) => Ok(response.into_inner().attempt),
             Err(status) => Err(classify(status)),
         }

@@ -232,7 +232,7 @@ impl Worker {
             Ok(_) => {}
             Err(Refusal::Operation(reason)) => {
                 // The signer will never sign it (no key, or policy): it was never applied.
-                tracing::warn!(op.id = %op.op_id, %reason, "signer refused the operation; rejecting it");
+                tracing::warn!(sigcast.op_id = %op.op_id, %reason, "signer refused the operation; rejecting it");
                 let settlement = Settlement {
                     state: OperationState::Rejected,
                     result: None,
@@ -245,10 +245,10 @@ impl Worker {
                 self.settle(&op, settlement).await;
             }
             Err(Refusal::WaitingForNonceAccount) => {
-                tracing::debug!(op.id = %op.op_id, "waiting for a durable-nonce account")
+                tracing::debug!(sigcast.op_id = %op.op_id, "waiting for a durable-nonce account")
             }
             Err(Refusal::Failed(status)) => {
-                tracing::warn!(op.id = %op.op_id, code = ?status.code(), message = status.message(), "signing failed; will retry")
+                tracing::warn!(sigcast.op_id = %op.op_id, code = ?status.code(), message = status.message(), "signing failed; will retry")
             }
             // Only a replacement meets the cap (a first signature is held to it).
             Err(Refusal::AtFeeCap) => {}
@@ -367,10 +367,10 @@ impl Worker {
         futures::stream::iter(sent)
             .for_each_concurrent(self.concurrency, |op| async move {
                 let span = op_span("Check", &op.op_id);
-                span.record("chain", op.chain.as_str());
-                span.record("account", op.account.as_str());
+                span.record("sigcast.chain", op.chain.as_str());
+                span.record("sigcast.account", op.account.as_str());
                 if let Some(nonce) = sigcast_protocol::evm::nonce_of(&op) {
-                    span.record("nonce", nonce);
+                    span.record("sigcast.nonce", nonce);
                 }
                 let Some(endpoints) = endpoints.get(op.chain.as_str()) else {
                     return;
@@ -409,7 +409,7 @@ impl Worker {
         }
         match action {
             Action::Wait(why) | Action::ReadMore(why) => {
-                tracing::trace!(op.id = %op.op_id, %why, "nothing to do");
+                tracing::trace!(sigcast.op_id = %op.op_id, %why, "nothing to do");
             }
             Action::Sign => {}
             Action::Send(attempt) => self.send_again(&op, attempt).await,
@@ -436,7 +436,7 @@ impl Worker {
             },
             Action::Resign(proof) => {
                 let newest = op.attempts.last().map_or(0, |a| a.number);
-                tracing::info!(op.id = %op.op_id, endpoint = %proof.endpoint, head = proof.head, "no attempt can land: re-signing");
+                tracing::info!(sigcast.op_id = %op.op_id, endpoint = %proof.endpoint, head = proof.head, "no attempt can land: re-signing");
                 match self
                     .signer
                     .sign(&op.op_id, SignPurpose::Resign, newest)
@@ -447,7 +447,7 @@ impl Worker {
                     }
                     Ok(_) => {}
                     Err(refusal) => {
-                        tracing::warn!(op.id = %op.op_id, ?refusal, "re-sign refused; will retry")
+                        tracing::warn!(sigcast.op_id = %op.op_id, ?refusal, "re-sign refused; will retry")
                     }
                 }
             }
@@ -488,16 +488,16 @@ impl Worker {
         };
         match self.signer.sign(&op.op_id, purpose, newest).await {
             Ok(attempt) if attempt != newest => {
-                tracing::info!(op.id = %op.op_id, attempt, reason = %replacement.reason(), "replacement signed");
+                tracing::info!(sigcast.op_id = %op.op_id, attempt, reason = %replacement.reason(), "replacement signed");
                 Ok(Some(attempt))
             }
             Ok(_) => Ok(None),
             Err(Refusal::AtFeeCap) => {
-                tracing::debug!(op.id = %op.op_id, purpose = purpose.as_str_name(), "replacement held back by the fee cap");
+                tracing::debug!(sigcast.op_id = %op.op_id, purpose = purpose.as_str_name(), "replacement held back by the fee cap");
                 Err(AtFeeCap)
             }
             Err(refusal) => {
-                tracing::warn!(op.id = %op.op_id, purpose = purpose.as_str_name(), ?refusal, "replacement not signed; will retry");
+                tracing::warn!(sigcast.op_id = %op.op_id, purpose = purpose.as_str_name(), ?refusal, "replacement not signed; will retry");
                 Ok(None)
             }
         }
@@ -539,11 +539,11 @@ impl Worker {
         {
             Ok(Some(raw)) => raw,
             Ok(None) => {
-                tracing::error!(op.id = %op.op_id, attempt, "signed payload missing from the store");
+                tracing::error!(sigcast.op_id = %op.op_id, attempt, "signed payload missing from the store");
                 return None;
             }
             Err(error) => {
-                tracing::warn!(op.id = %op.op_id, %error, "reading payload");
+                tracing::warn!(sigcast.op_id = %op.op_id, %error, "reading payload");
                 return None;
             }
         };
@@ -563,9 +563,9 @@ impl Worker {
             SendOutcome::Refused { .. } => "rejected",
             SendOutcome::Unknown => "unknown",
         };
-        tracing::info!(op.id = %op.op_id, attempt, %endpoint, outcome = label, "sent");
-        span.record("endpoint", metrics::endpoint_label(&endpoint));
-        span.record("outcome", label);
+        tracing::info!(sigcast.op_id = %op.op_id, attempt, %endpoint, outcome = label, "sent");
+        span.record("sigcast.endpoint", metrics::endpoint_label(&endpoint));
+        span.record("sigcast.outcome", label);
         metrics::inc(
             &metrics::metrics().attempts,
             &[("chain", op.chain.as_str()), ("outcome", label)],
@@ -589,7 +589,7 @@ impl Worker {
             })
             .await;
         if settled.is_some() {
-            tracing::info!(op.id = %op.op_id, ?state, message = message.as_deref().unwrap_or(""), "settled");
+            tracing::info!(sigcast.op_id = %op.op_id, ?state, message = message.as_deref().unwrap_or(""), "settled");
         }
     }
 
@@ -639,7 +639,7 @@ impl Worker {
             }
             Ok(None) => None,
             Err(error) => {
-                tracing::warn!(op.id = %op_id, %error, "store update failed; the next pass retries");
+                tracing::warn!(sigcast.op_id = %op_id, %error, "store update failed; the next pass retries");
                 None
             }
         }
@@ -651,10 +651,11 @@ fn send_span(op: &pb::Operation, attempt: u32) -> tracing::Span {
     tracing::info_span!(
         "send",
         otel.name = "Send",
-        op.id = %op.op_id,
-        attempt,
-        endpoint = tracing::field::Empty,
-        outcome = tracing::field::Empty,
+        otel.kind = "internal",
+        sigcast.op_id = %op.op_id,
+        sigcast.attempt = attempt,
+        sigcast.endpoint = tracing::field::Empty,
+        sigcast.outcome = tracing::field::Empty,
     )
 }
 

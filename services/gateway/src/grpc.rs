@@ -9,13 +9,12 @@ use sigcast_proto::{FieldViolation, intent_from_proto, parse_op_id, pb};
 use sigcast_store::Store;
 use sigcast_store::operations::{self, CancelOutcome, ListFilter, SubmitOutcome};
 use sigcast_telemetry::metrics;
-use sigcast_telemetry::trace::op_span;
+use sigcast_telemetry::trace::{RpcSide, attach_op, grpc_span, traced};
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
-use tracing::Instrument;
 
 /// Page size when the request leaves it 0.
 const DEFAULT_PAGE_SIZE: u32 = 100;
@@ -304,7 +303,7 @@ impl Gateway {
             .await?;
         self.identified(&caller)?;
         if let Err(violation) = Callers(&self.callers).may_submit(&caller, &intent) {
-            tracing::info!(op.id = %op_id, %caller, rule = %violation.0, "refused: caller not allowed");
+            tracing::info!(sigcast.op_id = %op_id, %caller, rule = %violation.0, "refused: caller not allowed");
             return Err(Error::CallerDenied { rule: violation.0 });
         }
         let outcome = match existing {
@@ -314,7 +313,7 @@ impl Gateway {
                 if let Err(violation) =
                     sigcast_domain::policy::check_intent(&self.policies, &intent)
                 {
-                    tracing::info!(op.id = %op_id, %account, rule = %violation.0, "refused by key policy");
+                    tracing::info!(sigcast.op_id = %op_id, %account, rule = %violation.0, "refused by key policy");
                     return Err(Error::PolicyDenied {
                         account,
                         rule: violation.0,
@@ -339,21 +338,21 @@ impl Gateway {
         }
         match outcome {
             SubmitOutcome::Created(operation) => {
-                tracing::info!(op.id = %op_id, chain = %operation.chain, account = %operation.account, "operation received");
+                tracing::info!(sigcast.op_id = %op_id, chain = %operation.chain, account = %operation.account, "operation received");
                 Ok(pb::SubmitOperationResponse {
                     operation: Some(operation),
                     replayed: false,
                 })
             }
             SubmitOutcome::Replayed(operation) => {
-                tracing::debug!(op.id = %op_id, "replayed submit");
+                tracing::debug!(sigcast.op_id = %op_id, "replayed submit");
                 Ok(pb::SubmitOperationResponse {
                     operation: Some(operation),
                     replayed: true,
                 })
             }
             SubmitOutcome::Conflict(stored) => {
-                tracing::info!(op.id = %op_id, "op_id conflict refused");
+                tracing::info!(sigcast.op_id = %op_id, "op_id conflict refused");
                 Err(Error::OpIdConflict {
                     op_id: op_id.to_string(),
                     stored: stored.intent_fingerprint,
@@ -494,11 +493,11 @@ impl Gateway {
         match written? {
             CancelOutcome::NotFound => Err(Error::NotFound(op_id)),
             CancelOutcome::Cancelled(op) => {
-                tracing::info!(op.id = %op_id, "operation cancelled before signing");
+                tracing::info!(sigcast.op_id = %op_id, "operation cancelled before signing");
                 Ok(op)
             }
             CancelOutcome::Requested(op) => {
-                tracing::info!(op.id = %op_id, "on-chain cancel requested");
+                tracing::info!(sigcast.op_id = %op_id, "on-chain cancel requested");
                 Ok(op)
             }
             CancelOutcome::Terminal(op) => Err(Error::FailedPrecondition {
@@ -523,41 +522,41 @@ impl OperationService for Gateway {
         &self,
         request: Request<pb::SubmitOperationRequest>,
     ) -> Result<Response<pb::SubmitOperationResponse>, Status> {
-        let span = op_span("SubmitOperation", &request.get_ref().op_id);
-        let caller = self.caller_of(&request);
-        let result = self
-            .submit(caller, request.into_inner())
-            .instrument(span)
-            .await;
-        let outcome = match &result {
-            Ok(response) if response.replayed => "replayed",
-            Ok(_) => "created",
-            Err(Error::OpIdConflict { .. }) => "conflict",
-            Err(Error::InvalidArgument(_)) => "invalid",
-            Err(Error::PolicyDenied { .. } | Error::CallerDenied { .. }) => "denied",
-            Err(Error::OpIdTaken(_)) => "conflict",
-            Err(_) => "failed",
-        };
-        metrics::inc(&metrics::metrics().submits, &[("result", outcome)]);
-        if outcome == "created" {
-            metrics::inc(&metrics::metrics().transitions, &[("state", "RECEIVED")]);
-        }
-        Ok(Response::new(result?))
+        let span = server_span("SubmitOperation", &request.get_ref().op_id);
+        traced(span, RpcSide::Server, async {
+            let caller = self.caller_of(&request);
+            let result = self.submit(caller, request.into_inner()).await;
+            let outcome = match &result {
+                Ok(response) if response.replayed => "replayed",
+                Ok(_) => "created",
+                Err(Error::OpIdConflict { .. }) => "conflict",
+                Err(Error::InvalidArgument(_)) => "invalid",
+                Err(Error::PolicyDenied { .. } | Error::CallerDenied { .. }) => "denied",
+                Err(Error::OpIdTaken(_)) => "conflict",
+                Err(_) => "failed",
+            };
+            metrics::inc(&metrics::metrics().submits, &[("result", outcome)]);
+            if outcome == "created" {
+                metrics::inc(&metrics::metrics().transitions, &[("state", "RECEIVED")]);
+            }
+            Ok(Response::new(result?))
+        })
+        .await
     }
 
     async fn get_operation(
         &self,
         request: Request<pb::GetOperationRequest>,
     ) -> Result<Response<pb::GetOperationResponse>, Status> {
-        let span = op_span("GetOperation", &request.get_ref().op_id);
-        let caller = self.caller_of(&request);
-        let operation = self
-            .get(&caller, &request.get_ref().op_id)
-            .instrument(span)
-            .await?;
-        Ok(Response::new(pb::GetOperationResponse {
-            operation: Some(operation),
-        }))
+        let span = server_span("GetOperation", &request.get_ref().op_id);
+        traced(span, RpcSide::Server, async {
+            let caller = self.caller_of(&request);
+            let operation = self.get(&caller, &request.get_ref().op_id).await?;
+            Ok(Response::new(pb::GetOperationResponse {
+                operation: Some(operation),
+            }))
+        })
+        .await
     }
 
     type WatchOperationStream = WatchStream;
@@ -566,22 +565,24 @@ impl OperationService for Gateway {
         &self,
         request: Request<pb::WatchOperationRequest>,
     ) -> Result<Response<Self::WatchOperationStream>, Status> {
-        let span = op_span("WatchOperation", &request.get_ref().op_id);
-        let caller = self.caller_of(&request);
-        let first = self
-            .get(&caller, &request.get_ref().op_id)
-            .instrument(span)
-            .await?;
-        let permit = self.watches.open(&caller)?;
-        let (sender, receiver) = tokio::sync::mpsc::channel(4);
-        let gateway = self.clone();
-        tokio::spawn(async move {
-            gateway.follow(caller, first, sender).await;
-            drop(permit);
-        });
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(receiver),
-        )))
+        // The span covers opening the watch; the stream that follows is not one call's work.
+        let span = server_span("WatchOperation", &request.get_ref().op_id);
+        traced(span, RpcSide::Server, async {
+            let caller = self.caller_of(&request);
+            let first = self.get(&caller, &request.get_ref().op_id).await?;
+            let permit = self.watches.open(&caller)?;
+            let (sender, receiver) = tokio::sync::mpsc::channel(4);
+            let gateway = self.clone();
+            tokio::spawn(async move {
+                gateway.follow(caller, first, sender).await;
+                drop(permit);
+            });
+            Ok(Response::new(
+                Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver))
+                    as Self::WatchOperationStream,
+            ))
+        })
+        .await
     }
 
     async fn list_operations(
@@ -598,19 +599,32 @@ impl OperationService for Gateway {
         &self,
         request: Request<pb::CancelOperationRequest>,
     ) -> Result<Response<pb::CancelOperationResponse>, Status> {
-        let span = op_span("CancelOperation", &request.get_ref().op_id);
-        let caller = self.caller_of(&request);
-        let operation = self
-            .cancel(&caller, &request.get_ref().op_id)
-            .instrument(span)
-            .await?;
-        if operation.state() == pb::OperationState::Cancelled {
-            metrics::inc(&metrics::metrics().transitions, &[("state", "CANCELLED")]);
-        }
-        Ok(Response::new(pb::CancelOperationResponse {
-            operation: Some(operation),
-        }))
+        let span = server_span("CancelOperation", &request.get_ref().op_id);
+        traced(span, RpcSide::Server, async {
+            let caller = self.caller_of(&request);
+            let operation = self.cancel(&caller, &request.get_ref().op_id).await?;
+            if operation.state() == pb::OperationState::Cancelled {
+                metrics::inc(&metrics::metrics().transitions, &[("state", "CANCELLED")]);
+            }
+            Ok(Response::new(pb::CancelOperationResponse {
+                operation: Some(operation),
+            }))
+        })
+        .await
     }
+}
+
+/// The server span of an OperationService call about `op_id`, in the operation's trace.
+fn server_span(method: &'static str, op_id: &str) -> tracing::Span {
+    let span = grpc_span(
+        RpcSide::Server,
+        sigcast_proto::sigcast::v1::operation_service_server::SERVICE_NAME,
+        method,
+        op_id,
+        None,
+    );
+    attach_op(&span, op_id);
+    span
 }
 
 impl Gateway {

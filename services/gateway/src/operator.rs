@@ -9,8 +9,8 @@ use sigcast_proto::parse_op_id;
 use sigcast_proto::sigcast::operator::v1 as api;
 use sigcast_proto::sigcast::signer::v1::AuditRecord;
 use sigcast_store::{accounts, operations};
+use sigcast_telemetry::trace::{RpcSide, attach_op, grpc_span, traced};
 use tonic::{Request, Response, Status};
-use tracing::Instrument;
 
 #[tonic::async_trait]
 impl api::operator_service_server::OperatorService for Gateway {
@@ -29,28 +29,37 @@ impl api::operator_service_server::OperatorService for Gateway {
         let op_id = parse_op_id("op_id", &request.get_ref().op_id)
             .map_err(Error::invalid)?
             .to_string();
-        let span = sigcast_telemetry::trace::op_span("GetAuditTrail", &op_id);
-        let root = self.store().root().clone();
-        let id = op_id.clone();
-        let (exists, raw) = self
-            .store()
-            .read_async(move |tx| {
-                let exists = operations::get(tx, &root, &id)?.is_some();
-                Ok((exists, accounts::audit_records(tx, &root, &id)?))
-            })
-            .instrument(span)
-            .await
-            .map_err(Error::from)?;
-        if !exists {
-            return Err(Error::NotFound(op_id).into());
-        }
-        let records = raw
-            .iter()
-            .map(|bytes| AuditRecord::decode(bytes.as_slice()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| {
-                Status::internal(format!("an audit record of {op_id} does not decode: {e}"))
-            })?;
-        Ok(Response::new(api::GetAuditTrailResponse { records }))
+        let span = grpc_span(
+            RpcSide::Server,
+            api::operator_service_server::SERVICE_NAME,
+            "GetAuditTrail",
+            &op_id,
+            None,
+        );
+        attach_op(&span, &op_id);
+        traced(span, RpcSide::Server, async {
+            let root = self.store().root().clone();
+            let id = op_id.clone();
+            let (exists, raw) = self
+                .store()
+                .read_async(move |tx| {
+                    let exists = operations::get(tx, &root, &id)?.is_some();
+                    Ok((exists, accounts::audit_records(tx, &root, &id)?))
+                })
+                .await
+                .map_err(Error::from)?;
+            if !exists {
+                return Err(Error::NotFound(op_id).into());
+            }
+            let records = raw
+                .iter()
+                .map(|bytes| AuditRecord::decode(bytes.as_slice()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| {
+                    Status::internal(format!("an audit record of {op_id} does not decode: {e}"))
+                })?;
+            Ok(Response::new(api::GetAuditTrailResponse { records }))
+        })
+        .await
     }
 }

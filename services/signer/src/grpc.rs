@@ -4,8 +4,8 @@ use crate::error::Error;
 use crate::sign::{Replacement, Signer};
 use sigcast_proto::sigcast::signer::v1 as api;
 use sigcast_telemetry::metrics;
+use sigcast_telemetry::trace::{self, RpcSide};
 use tonic::{Request, Response, Status};
-use tracing::Instrument;
 
 /// Who is calling: the peer uid on a Unix socket (checked against the allow-list when the
 /// connection was accepted); over mTLS the client certificate's identity (URI/DNS SAN, else
@@ -72,45 +72,24 @@ impl api::signer_service_server::SignerService for Signer {
         let request = request.into_inner();
         let op_id = sigcast_proto::parse_op_id("op_id", &request.op_id)
             .map_err(|v| Status::invalid_argument(v.to_string()))?;
-        let span = tracing::info_span!(
-            "op",
-            otel.name = "SignOperation",
-            op.id = %op_id,
-            purpose = request.purpose,
-            attempt = tracing::field::Empty,
+        let span = trace::grpc_span(
+            RpcSide::Server,
+            api::signer_service_server::SERVICE_NAME,
+            "SignOperation",
+            op_id.as_str(),
+            None,
         );
-        sigcast_telemetry::trace::attach_remote(&span, op_id.as_str(), traceparent.as_deref());
+        trace::attach_remote(&span, op_id.as_str(), traceparent.as_deref());
         let purpose = api::SignPurpose::try_from(request.purpose)
             .unwrap_or(api::SignPurpose::Unspecified)
             .as_str_name();
-        let result = self
-            .sign_request(op_id.as_str(), &request, &caller)
-            .instrument(span.clone())
-            .await;
-        match &result {
-            Ok(signed) => {
-                span.record("attempt", signed.attempt);
-                if !signed.already_signed {
-                    metrics::inc(&metrics::metrics().signatures, &[("purpose", purpose)]);
-                    if signed.attempt == 1 {
-                        metrics::inc(&metrics::metrics().transitions, &[("state", "SIGNED")]);
-                    }
-                }
-            }
-            Err(error) => {
-                if let Some(reason) = error.refusal_reason() {
-                    metrics::inc(&metrics::metrics().signer_refusals, &[("reason", reason)]);
-                }
-            }
-        }
-        let signed = result?;
-        Ok(Response::new(api::SignOperationResponse {
-            tx_id: signed.tx_id,
-            attempt: signed.attempt,
-            already_signed: signed.already_signed,
-        }))
+        span.record("sigcast.purpose", purpose);
+        trace::traced(span.clone(), RpcSide::Server, async {
+            self.sign_operation_traced(&span, op_id.as_str(), &request, &caller, purpose)
+                .await
+        })
+        .await
     }
-
     async fn list_keys(
         &self,
         request: Request<api::ListKeysRequest>,
@@ -142,6 +121,40 @@ impl api::signer_service_server::SignerService for Signer {
 }
 
 impl Signer {
+    /// SignOperation inside its span: signs, counts, answers.
+    async fn sign_operation_traced(
+        &self,
+        span: &tracing::Span,
+        op_id: &str,
+        request: &api::SignOperationRequest,
+        caller: &str,
+        purpose: &'static str,
+    ) -> Result<Response<api::SignOperationResponse>, Status> {
+        let result = self.sign_request(op_id, request, caller).await;
+        match &result {
+            Ok(signed) => {
+                span.record("sigcast.attempt", signed.attempt);
+                if !signed.already_signed {
+                    metrics::inc(&metrics::metrics().signatures, &[("purpose", purpose)]);
+                    if signed.attempt == 1 {
+                        metrics::inc(&metrics::metrics().transitions, &[("state", "SIGNED")]);
+                    }
+                }
+            }
+            Err(error) => {
+                if let Some(reason) = error.refusal_reason() {
+                    metrics::inc(&metrics::metrics().signer_refusals, &[("reason", reason)]);
+                }
+            }
+        }
+        let signed = result?;
+        Ok(Response::new(api::SignOperationResponse {
+            tx_id: signed.tx_id,
+            attempt: signed.attempt,
+            already_signed: signed.already_signed,
+        }))
+    }
+
     /// Signs what `request` asks for.
     async fn sign_request(
         &self,

@@ -517,7 +517,7 @@ impl Signer {
             .commit(in_process, move |tx| sign_initial_evm(tx, &request))
             .await??;
         if !outcome.already_signed {
-            tracing::info!(op.id = %op_id, tx = %outcome.tx_id, "operation signed");
+            tracing::info!(sigcast.op_id = %op_id, tx = %outcome.tx_id, "operation signed");
         }
         Ok(outcome)
     }
@@ -600,7 +600,7 @@ pub fn sign_initial_evm(
         .set(i64::try_from(allocation.nonce.saturating_sub(r.chain_nonce)).unwrap_or(i64::MAX));
     if let Some((store_next, chain_next)) = allocation.external_gap {
         tracing::warn!(
-            op.id = %r.op_id, account = %account, store_next, chain_next,
+            sigcast.op_id = %r.op_id, account = %account, store_next, chain_next,
             "the chain's nonce is ahead of the store's: another sender used this key; \
              operations at the skipped nonces will be proven rejected"
         );
@@ -799,7 +799,7 @@ impl Signer {
             .commit(in_process, move |tx| sign_replacement_evm(tx, &request))
             .await??;
         if !signed.already_signed {
-            tracing::info!(op.id = %op_id, tx = %signed.tx_id, attempt = signed.attempt, reason = kind.reason(), "replacement signed");
+            tracing::info!(sigcast.op_id = %op_id, tx = %signed.tx_id, attempt = signed.attempt, reason = kind.reason(), "replacement signed");
         }
         Ok(signed)
     }

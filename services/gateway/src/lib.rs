@@ -23,12 +23,25 @@ use tokio::net::TcpListener;
 
 /// Server reflection over our API, health, and the `google.rpc` error details, so grpcurl
 /// needs no proto files and prints BadRequest / ErrorInfo details decoded. Both protocol
-/// versions are served: grpcurl 1.8 speaks v1alpha, newer clients v1.
+/// versions are served: grpcurl 1.8 speaks v1alpha, newer clients v1. Only the services served
+/// here are listed: the descriptor set also holds the signer's API.
 fn reflection() -> tonic_reflection::server::Builder<'static> {
-    tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(sigcast_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+    use tonic_reflection::pb::{v1, v1alpha};
+    [
+        sigcast_proto::sigcast::v1::operation_service_server::SERVICE_NAME,
+        sigcast_proto::sigcast::operator::v1::operator_service_server::SERVICE_NAME,
+        tonic_health::pb::health_server::SERVICE_NAME,
+        v1::server_reflection_server::SERVICE_NAME,
+        v1alpha::server_reflection_server::SERVICE_NAME,
+    ]
+    .into_iter()
+    .fold(
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(sigcast_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET),
+        |builder, service| builder.with_service_name(service),
+    )
 }
 
 /// Serves the gateway on `listener` until `shutdown` completes, then stops accepting calls,

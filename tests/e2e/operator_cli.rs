@@ -5,7 +5,7 @@ use crate::evm::{DEV, recipient, transfer, wait_terminal};
 use serde_json::Value;
 use sigcast_e2e::{Stack, StackOptions};
 use sigcast_proto::pb;
-use std::process::Output;
+use std::process::{Command, Output};
 use std::time::Duration;
 
 fn sigcast(stack: &Stack, args: &[&str]) -> Output {
@@ -244,4 +244,70 @@ async fn reconcile_tells_a_store_that_lies_and_an_operation_still_in_flight() {
             && !verdict.contains("DISAGREES"),
         "{report}"
     );
+}
+
+/// `sigcast ARGS` with its standard output a pipe whose reader is already gone (as in
+/// `sigcast … | head` once head has exited): it must end without a panic.
+fn into_a_closed_pipe(args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    Command::new(sigcast_e2e::binary("sigcast"))
+        .args(args)
+        .stdout(writer)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly_and_completions_complete() {
+    let from = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
+    for args in [
+        &[
+            "derive-op-id",
+            "--chain",
+            "eip155:1",
+            "--from",
+            from,
+            "--to",
+            from,
+            "--amount",
+            "1",
+            "--reference",
+            "r",
+        ][..],
+        &["completions", "bash"][..],
+    ] {
+        let output = into_a_closed_pipe(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !stderr.contains("panicked") && output.status.code() != Some(101),
+            "{args:?}: {:?}\n{stderr}",
+            output.status
+        );
+    }
+
+    // Bash completes subcommands and flags from the script `completions bash` prints.
+    let script = Command::new(sigcast_e2e::binary("sigcast"))
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    assert!(script.status.success());
+    let script_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(script_file.path(), &script.stdout).unwrap();
+    let completed = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source {}; COMP_WORDS=(sigcast op ''); COMP_CWORD=2; COMP_LINE='sigcast op '; \
+             COMP_POINT=${{#COMP_LINE}}; _sigcast sigcast '' op; echo \"${{COMPREPLY[@]}}\"",
+            script_file.path().display()
+        ))
+        .output()
+        .unwrap();
+    let words = String::from_utf8_lossy(&completed.stdout);
+    for word in ["get", "watch", "list", "cancel", "attempts", "--gateway"] {
+        assert!(
+            words.split_whitespace().any(|w| w == word),
+            "{word} not among {words}"
+        );
+    }
 }

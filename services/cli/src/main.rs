@@ -109,6 +109,13 @@ enum Command {
         #[arg(long)]
         reference: String,
     },
+    /// Print a completion script for your shell, e.g.
+    /// `sigcast completions bash > /etc/bash_completion.d/sigcast` or
+    /// `sigcast completions zsh > "${fpath[1]}/_sigcast"`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -171,6 +178,12 @@ enum KeysCommand {
 }
 
 fn main() -> std::process::ExitCode {
+    // A command-line filter ends quietly when its reader has gone (`sigcast op list | head`),
+    // as Unix tools do; Rust ignores SIGPIPE, which turns every later print into a panic.
+    // SAFETY: restoring a signal's default disposition at start, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let args = Args::parse();
     let result = match args.command {
         Command::DeriveOpId {
@@ -181,6 +194,16 @@ fn main() -> std::process::ExitCode {
             reference,
         } => op_id::op_id_for(&chain, &from, &to, &amount, &reference)
             .map(|op_id| println!("{op_id}")),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                shell,
+                &mut Args::command(),
+                "sigcast",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
         command => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -257,6 +280,8 @@ async fn run(gateway: &str, how: &client::Connection, json: bool, command: Comma
             let keys = client::signer_keys(&signer, signer_ca, signer_cert, signer_key).await?;
             out.keys(&keys)
         }
-        Command::DeriveOpId { .. } => unreachable!("handled without a runtime"),
+        Command::DeriveOpId { .. } | Command::Completions { .. } => {
+            unreachable!("handled without a runtime")
+        }
     }
 }

@@ -809,6 +809,45 @@ async fn metrics_parse_as_prometheus_text_and_count_what_a_fault_run_did() {
             .all(|k| k.matches('/').count() == 2),
         "an endpoint label with a path: {endpoint_labelled:?}"
     );
+    // Each service's own process, under the standard names.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    for name in ["gateway", "signer-0", "broadcaster-0"] {
+        let scraped = scrape(stack.metrics_addr(name)).await;
+        let sample = |metric: &str| {
+            *scraped
+                .get(&format!("{metric}{{}}"))
+                .unwrap_or_else(|| panic!("{name}: no {metric}: {scraped:?}"))
+        };
+        assert!(sample("process_cpu_seconds_total") > 0.0, "{name}");
+        assert!(sample("process_resident_memory_bytes") > 1e6, "{name}");
+        assert!(sample("process_open_fds") >= 3.0, "{name}");
+        let started = sample("process_start_time_seconds");
+        assert!(
+            started > now - 600.0 && started <= now + 1.0,
+            "{name}: {started}"
+        );
+    }
+    // Each endpoint's head, and how far it lags the chain's highest (one endpoint: none).
+    let broadcaster = scrape(stack.metrics_addr("broadcaster-0")).await;
+    assert!(
+        total(
+            &broadcaster,
+            "sigcast_chain_head",
+            &["chain=\"eip155:31337\""]
+        ) > 0.0
+    );
+    assert_eq!(
+        total(
+            &broadcaster,
+            "sigcast_chain_head_lag",
+            &["chain=\"eip155:31337\""]
+        ),
+        0.0
+    );
+
     // The chart's alerts and dashboard query only what these services export.
     let unchecked = check_monitoring_queries(&[
         stack.metrics_addr("gateway"),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-METRIC = re.compile(r"\b(sigcast_[a-z0-9_]+)\s*(\{[^}]*\})?")
+METRIC = re.compile(r"\b((?:sigcast|process)_[a-z0-9_]+)\s*(\{[^}]*\})?")
 MATCHER = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)")
 GROUPING = re.compile(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)")
 

@@ -8,6 +8,7 @@
 
 pub mod grpc;
 pub mod metrics;
+mod process;
 pub mod trace;
 
 use serde::{Deserialize, Serialize};

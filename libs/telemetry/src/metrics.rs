@@ -47,6 +47,10 @@ pub struct Metrics {
     pub hedges_won: Family<Labels, Counter>,
     /// Nonces in flight per account: the nonce just signed minus the chain's count.
     pub nonce_lag: Family<Labels, Gauge>,
+    /// Each endpoint's head (block number or height), by chain and endpoint.
+    pub chain_head: Family<Labels, Gauge>,
+    /// How far each endpoint's head is behind the highest of its chain's endpoints.
+    pub chain_head_lag: Family<Labels, Gauge>,
     /// Signatures made, by purpose.
     pub signatures: Family<Labels, Counter>,
     /// Signer refusals, by reason.
@@ -66,7 +70,10 @@ fn latency_histogram() -> Histogram {
 
 impl Metrics {
     fn new() -> Self {
-        let mut registry = Registry::with_prefix("sigcast");
+        // Ours under `sigcast_`; the process's own under the standard `process_` names.
+        let mut root = Registry::default();
+        root.register_collector(Box::new(crate::process::ProcessCollector));
+        let registry = root.sub_registry_with_prefix("sigcast");
         let metrics = Self {
             registry: Registry::default(),
             submits: Family::default(),
@@ -79,6 +86,8 @@ impl Metrics {
             rpc_duration: Family::new_with_constructor(latency_histogram),
             hedges_fired: Family::default(),
             hedges_won: Family::default(),
+            chain_head: Family::default(),
+            chain_head_lag: Family::default(),
             nonce_lag: Family::default(),
             signatures: Family::default(),
             signer_refusals: Family::default(),
@@ -153,6 +162,16 @@ impl Metrics {
             m.hedges_won.clone(),
         );
         registry.register(
+            "chain_head",
+            "Each endpoint's head (block number, or block height on Solana)",
+            m.chain_head.clone(),
+        );
+        registry.register(
+            "chain_head_lag",
+            "Blocks each endpoint's head is behind the highest of its chain's endpoints",
+            m.chain_head_lag.clone(),
+        );
+        registry.register(
             "nonce_lag",
             "Nonces in flight per account",
             m.nonce_lag.clone(),
@@ -168,7 +187,7 @@ impl Metrics {
             m.signer_refusals.clone(),
         );
         Self {
-            registry,
+            registry: root,
             ..metrics
         }
     }

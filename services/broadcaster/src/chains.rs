@@ -158,6 +158,67 @@ pub(crate) async fn read_view(
     }
 }
 
+/// Reads the head of every endpoint of the chain `name` at once: its block number (EVM) or
+/// block height (Solana), from endpoints that serve this chain (an endpoint of another chain
+/// or cluster has no head of ours). Exports each one's head and its lag behind the highest
+/// (`chain_head`, `chain_head_lag`; an endpoint that did not answer has neither until it
+/// does). Whether any endpoint answered: the chain's readiness.
+pub(crate) async fn read_heads(name: &str, chain: &Chain) -> bool {
+    let pool = match chain {
+        Chain::Evm(rpc) => &**rpc,
+        Chain::Solana(rpc) => &**rpc,
+    };
+    let chain_id = match ChainId::parse(name) {
+        Ok(ChainId::Evm { chain_id }) => Some(chain_id),
+        _ => None,
+    };
+    let endpoints = pool.ranked_endpoints();
+    let heads = futures::future::join_all(endpoints.iter().map(|endpoint| async move {
+        let head = match chain {
+            Chain::Evm(_) => {
+                let served = endpoint.request("eth_chainId", json!([])).await;
+                match served.as_ref().ok().and_then(quantity) {
+                    Some(served) if Some(served) == chain_id => endpoint
+                        .request("eth_blockNumber", json!([]))
+                        .await
+                        .ok()
+                        .as_ref()
+                        .and_then(quantity),
+                    _ => None,
+                }
+            }
+            Chain::Solana(rpc) if rpc.serves_cluster(endpoint).await => endpoint
+                .request("getBlockHeight", json!([]))
+                .await
+                .ok()
+                .and_then(|v| v.as_u64()),
+            Chain::Solana(_) => None,
+        };
+        (endpoint.label().to_owned(), head)
+    }))
+    .await;
+    let highest = heads.iter().filter_map(|(_, head)| *head).max();
+    let m = metrics::metrics();
+    for (endpoint, head) in &heads {
+        let labels = metrics::owned(&[("chain", name), ("endpoint", endpoint)]);
+        match (head, highest) {
+            (Some(head), Some(highest)) => {
+                m.chain_head
+                    .get_or_create(&labels)
+                    .set(i64::try_from(*head).unwrap_or(i64::MAX));
+                m.chain_head_lag
+                    .get_or_create(&labels)
+                    .set(i64::try_from(highest - head).unwrap_or(i64::MAX));
+            }
+            _ => {
+                m.chain_head.remove(&labels);
+                m.chain_head_lag.remove(&labels);
+            }
+        }
+    }
+    highest.is_some()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -104,28 +104,12 @@ impl Worker {
             ("sigcast.signer".to_owned(), Box::pin(self.signer.answers())),
         ];
         for (name, chain) in self.chains.iter() {
-            let head: futures::future::BoxFuture<'_, bool> = match chain {
-                Chain::Evm(rpc) => Box::pin(async { rpc.block_number().await.is_ok() }),
-                // A head read from an endpoint of the cluster: one of another cluster is not
-                // this chain answering.
-                Chain::Solana(rpc) => Box::pin(async move {
-                    for endpoint in rpc.ranked_endpoints() {
-                        if rpc.serves_cluster(&endpoint).await
-                            && sigcast_jsonrpc::Endpoint::request(
-                                &endpoint,
-                                "getBlockHeight",
-                                serde_json::json!([]),
-                            )
-                            .await
-                            .is_ok()
-                        {
-                            return true;
-                        }
-                    }
-                    false
-                }),
-            };
-            probes.push((format!("sigcast.chain.{name}"), head));
+            // Every endpoint's head, which also exports how far each lags; ready when one
+            // endpoint of this chain (not of another chain or cluster) answers.
+            probes.push((
+                format!("sigcast.chain.{name}"),
+                Box::pin(chains::read_heads(name, chain)),
+            ));
         }
         let names: Vec<String> = probes.iter().map(|(name, _)| name.clone()).collect();
         let answers = futures::future::join_all(probes.into_iter().map(|(_, probe)| async move {

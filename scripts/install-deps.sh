@@ -39,8 +39,9 @@ npm_pkgs=()
 [ -x "$TOOLS/node_modules/.bin/anvil" ] || npm_pkgs+=("@foundry-rs/anvil@1.7.1")
 [ -x "$TOOLS/node_modules/.bin/buf" ] || npm_pkgs+=("@bufbuild/buf@1")
 # The Node client's generator, and what its package needs (for its tests, installed offline).
-[ -x "$TOOLS/node_modules/.bin/protoc-gen-es" ] || npm_pkgs+=("@bufbuild/protoc-gen-es@2.10.0")
-[ -d "$TOOLS/node_modules/@connectrpc/connect-node" ] || npm_pkgs+=("@bufbuild/protobuf@2.10.0" \
+npm_version() { node -p "require('$TOOLS/node_modules/$1/package.json').version" 2>/dev/null || true; }
+[ "$(npm_version @bufbuild/protoc-gen-es)" = 2.10.0 ] || npm_pkgs+=("@bufbuild/protoc-gen-es@2.10.0")
+[ "$(npm_version @connectrpc/connect-node)" = 2.1.1 ] || npm_pkgs+=("@bufbuild/protobuf@2.10.0" \
   "@connectrpc/connect@2.1.1" "@connectrpc/connect-node@2.1.1" "@noble/hashes@2.4.0" "bs58@6.0.0")
 if [ ${#npm_pkgs[@]} -gt 0 ]; then
   log "npm install ${npm_pkgs[*]}"
@@ -59,7 +60,7 @@ if ! python3 -c "import grpc, grpc_tools, importlib.metadata as m; assert m.vers
 fi
 # The Python client package's dependencies, and what builds it (its test installs it offline).
 # googleapis-common-protos exactly: its google/rpc protos are the Node client's error details.
-if ! python3 -c "import grpc_status, Crypto.Hash.keccak, base58, setuptools.command.bdist_wheel, importlib.metadata as m; assert m.version('googleapis-common-protos') == '1.76.0'" >/dev/null 2>&1; then
+if ! python3 -c "import grpc_status, Crypto.Hash.keccak, base58, setuptools.command.bdist_wheel, importlib.metadata as m; assert m.version('googleapis-common-protos') == '1.76.0'; assert tuple(map(int, m.version('grpcio-status').split('.')[:2])) >= (1, 85)" >/dev/null 2>&1; then
   log "pip install grpcio-status googleapis-common-protos==1.76.0 pycryptodome base58 setuptools"
   python3 -m pip install --quiet --disable-pip-version-check "grpcio-status>=1.85.1" \
     "googleapis-common-protos==1.76.0" "pycryptodome>=3.19" "base58>=2.1" "setuptools>=70.1" >&2

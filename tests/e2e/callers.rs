@@ -428,4 +428,15 @@ async fn the_operator_api_moves_to_its_own_listener() {
         tonic::Code::NotFound,
         "answered on its own listener"
     );
+    // Reflection on each listener lists what that listener serves.
+    let listed = |addr: std::net::SocketAddr| {
+        let (ok, out, err) = sigcast_e2e::grpcurl(&["-plaintext", &addr.to_string(), "list"]);
+        assert!(ok, "{err}");
+        out.lines()
+            .filter(|l| l.starts_with("sigcast."))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(listed(public), ["sigcast.v1.OperationService"]);
+    assert_eq!(listed(operator), ["sigcast.operator.v1.OperatorService"]);
 }

@@ -80,7 +80,8 @@ async fn the_python_and_node_examples_submit_replay_and_watch_to_confirmed() {
     let python = run(Command::new("python3")
         .arg(repo().join("clients/python/example.py"))
         .args([address.as_str(), "py-example-1", FROM, TO, "1000"])
-        .env("PYTHONPATH", python_source()));
+        .env("PYTHONPATH", python_source())
+        .env("PYTHONDONTWRITEBYTECODE", "1"));
     assert!(python.contains("replayed: True"), "{python}");
     assert!(
         python.contains("terminal OPERATION_STATE_CONFIRMED"),
@@ -121,6 +122,7 @@ async fn the_python_and_node_examples_connect_with_mutual_tls_as_their_caller() 
         .arg(repo().join("clients/python/example.py"))
         .args([address.as_str(), "py-mtls-1", FROM, TO, "1000"])
         .env("PYTHONPATH", python_source())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
         .envs(tls_env("alice")));
     assert!(python.contains(&format!("caller: {ALICE}")), "{python}");
     assert!(
@@ -225,7 +227,7 @@ fn the_committed_client_code_is_what_the_buf_templates_generate() {
         .arg(out.path()));
     for generated in ["clients/python/src/sigcast", "clients/node/src/gen"] {
         let diff = Command::new("diff")
-            .args(["-r"])
+            .args(["-r", "-x", "__pycache__"])
             .arg(repo().join(generated))
             .arg(out.path().join(generated))
             .output()

@@ -96,7 +96,13 @@ export class SigcastClient {
     const baseUrl = `${tls ? "https" : "http"}://${address}`;
     // Our own session manager, so close() can end the HTTP/2 connection (an open one keeps
     // the process alive).
-    this.sessions = new Http2SessionManager(baseUrl, {}, nodeOptions);
+    // HTTP/2 pings every 30 s while a call is open: a connection that died without a word (a
+    // watch waiting on a half-open one) fails within 40 s, and the watch opens it again.
+    this.sessions = new Http2SessionManager(
+      baseUrl,
+      { pingIntervalMs: 30_000, pingTimeoutMs: 10_000 },
+      nodeOptions,
+    );
     this.transport = createGrpcTransport({ baseUrl, sessionManager: this.sessions });
     this.client = createClient(OperationService, this.transport);
     this.timeoutMs = timeoutMs;
@@ -160,11 +166,14 @@ export class SigcastClient {
 
   /**
    * The operation now and after each change, until it is terminal. A stream the service
-   * drops is opened again (it starts from the current state); `timeoutMs` bounds the watch.
+   * drops is opened again: it starts from the current state, and a revision already seen is
+   * not yielded twice; the retry budget starts again after each change. `timeoutMs` bounds
+   * the watch.
    */
   async *watch(opId, { timeoutMs } = {}) {
     const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
-    const waits = delays(this.retry);
+    let waits = delays(this.retry);
+    let seen = -1n;
     for (;;) {
       // Our own timer for the watch's deadline, cleared when the watch ends (connect's
       // timeoutMs timer outlives a stream ended early and keeps the process alive).
@@ -175,8 +184,12 @@ export class SigcastClient {
           : setTimeout(() => abort.abort(), Math.max(deadline - Date.now(), 1));
       try {
         for await (const update of this.client.watchOperation({ opId }, { signal: abort.signal })) {
-          yield update.operation;
-          if (TERMINAL_STATES.has(update.operation.state)) return;
+          const operation = update.operation;
+          if (operation.revision <= seen) continue;
+          seen = operation.revision;
+          waits = delays(this.retry);
+          yield operation;
+          if (TERMINAL_STATES.has(operation.state)) return;
         }
         return;
       } catch (raw) {

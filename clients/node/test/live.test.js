@@ -43,6 +43,7 @@ test("deriveOpId agrees with the service for every spelling", () => {
     ["eip155:31337", FROM, TO, ((1n << 256n) - 1n).toString(), "max"],
     ["solana:localnet", SOL_A, SOL_B, "0", "payout-9"],
     ["solana:devnet", SOL_B, SOL_A, "18446744073709551615", "r"],
+    ["eip155:+0001", FROM, TO, "0".repeat(5000) + "7", "padded"],
   ];
   for (const c of cases) assert.equal(deriveOpId(...c), cliOpId(...c), c.join(" "));
   assert.equal(deriveOpId(...cases[0]), "sc1-0a528abe818a551b5179fb6160145bed7deabda8c3d9f1fb7fb17a822d2c0fce");
@@ -53,6 +54,7 @@ test("deriveOpId agrees with the service for every spelling", () => {
     ["eip155:1", FROM, TO, (1n << 256n).toString(), "r"],
     ["eip155:1", "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92267", TO, "1", "r"],
     ["solana:localnet", SOL_A + "1", SOL_B, "1", "r"],
+    ["solana:localnet", SOL_A + " \n", SOL_B, "1", "r"],
     ["btc:1", FROM, TO, "1", "r"],
     ["eip155:1", FROM, TO, "1", ""],
   ]) {

@@ -36,6 +36,7 @@ class DeriveOpId(unittest.TestCase):
             ("eip155:31337", FROM, TO, str(2**256 - 1), "max"),
             ("solana:localnet", SOL_A, SOL_B, "0", "payout-9"),
             ("solana:devnet", SOL_B, SOL_A, "18446744073709551615", "r"),
+            ("eip155:+0001", FROM, TO, "0" * 5000 + "7", "padded"),
         ]
         for case in cases:
             with self.subTest(case=case):
@@ -54,6 +55,7 @@ class DeriveOpId(unittest.TestCase):
             ("eip155:1", FROM, TO, str(2**256), "r"),
             ("eip155:1", "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92267", TO, "1", "r"),
             ("solana:localnet", SOL_A + "1", SOL_B, "1", "r"),
+            ("solana:localnet", SOL_A + " \n", SOL_B, "1", "r"),
             ("btc:1", FROM, TO, "1", "r"),
             ("eip155:1", FROM, TO, "1", ""),
         ]:

@@ -158,6 +158,9 @@ pub(crate) async fn read_view(
     }
 }
 
+/// How long [`read_heads`] waits for one endpoint's head.
+const HEAD_READ_WITHIN: std::time::Duration = std::time::Duration::from_millis(1_200);
+
 /// Reads the head of every endpoint of the chain `name` at once: its block number (EVM) or
 /// block height (Solana), from endpoints that serve this chain (an endpoint of another chain
 /// or cluster has no head of ours). Exports each one's head and its lag behind the highest
@@ -174,26 +177,33 @@ pub(crate) async fn read_heads(name: &str, chain: &Chain) -> bool {
     };
     let endpoints = pool.ranked_endpoints();
     let heads = futures::future::join_all(endpoints.iter().map(|endpoint| async move {
-        let head = match chain {
-            Chain::Evm(_) => {
-                let served = endpoint.request("eth_chainId", json!([])).await;
-                match served.as_ref().ok().and_then(quantity) {
-                    Some(served) if Some(served) == chain_id => endpoint
-                        .request("eth_blockNumber", json!([]))
-                        .await
-                        .ok()
-                        .as_ref()
-                        .and_then(quantity),
-                    _ => None,
+        // Each endpoint within `HEAD_READ_WITHIN`, shorter than the readiness probe's own
+        // limit: one endpoint that does not answer must not hide the others' heads.
+        let head = tokio::time::timeout(HEAD_READ_WITHIN, async {
+            match chain {
+                Chain::Evm(_) => {
+                    let served = endpoint.request("eth_chainId", json!([])).await;
+                    match served.as_ref().ok().and_then(quantity) {
+                        Some(served) if Some(served) == chain_id => endpoint
+                            .request("eth_blockNumber", json!([]))
+                            .await
+                            .ok()
+                            .as_ref()
+                            .and_then(quantity),
+                        _ => None,
+                    }
                 }
+                Chain::Solana(rpc) if rpc.serves_cluster(endpoint).await => endpoint
+                    .request("getBlockHeight", json!([]))
+                    .await
+                    .ok()
+                    .and_then(|v| v.as_u64()),
+                Chain::Solana(_) => None,
             }
-            Chain::Solana(rpc) if rpc.serves_cluster(endpoint).await => endpoint
-                .request("getBlockHeight", json!([]))
-                .await
-                .ok()
-                .and_then(|v| v.as_u64()),
-            Chain::Solana(_) => None,
-        };
+        })
+        .await
+        .ok()
+        .flatten();
         (endpoint.label().to_owned(), head)
     }))
     .await;

@@ -7,6 +7,20 @@
 //! idempotency key. Tables by default, `--json` for scripts. It changes nothing but what
 //! `op cancel` asks for.
 
+/// `println!` for results: when the reader of standard output has gone (`sigcast op list |
+/// head`), the command ends quietly with status 141, as a Unix tool ended by SIGPIPE does,
+/// where `println!` would panic. (SIGPIPE itself stays ignored, as Rust sets it: a write to
+/// a gateway or signer whose connection closed must be an error the exit codes describe, not a
+/// silent death.)
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(error) = writeln!(std::io::stdout(), $($arg)*) {
+            crate::output_failed(error)
+        }
+    }};
+}
+
 mod client;
 mod op_id;
 mod output;
@@ -177,13 +191,17 @@ enum KeysCommand {
     },
 }
 
-fn main() -> std::process::ExitCode {
-    // A command-line filter ends quietly when its reader has gone (`sigcast op list | head`),
-    // as Unix tools do; Rust ignores SIGPIPE, which turns every later print into a panic.
-    // SAFETY: restoring a signal's default disposition at start, before any thread exists.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+/// Ends the command after a failed write of its output: quietly with status 141 when the
+/// reader went away, else with the error and status 1.
+fn output_failed(error: std::io::Error) -> ! {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(141);
     }
+    eprintln!("error: writing output: {error}");
+    std::process::exit(1)
+}
+
+fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let result = match args.command {
         Command::DeriveOpId {
@@ -192,16 +210,16 @@ fn main() -> std::process::ExitCode {
             to,
             amount,
             reference,
-        } => op_id::op_id_for(&chain, &from, &to, &amount, &reference)
-            .map(|op_id| println!("{op_id}")),
+        } => {
+            op_id::op_id_for(&chain, &from, &to, &amount, &reference).map(|op_id| outln!("{op_id}"))
+        }
         Command::Completions { shell } => {
             use clap::CommandFactory;
-            clap_complete::generate(
-                shell,
-                &mut Args::command(),
-                "sigcast",
-                &mut std::io::stdout(),
-            );
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Args::command(), "sigcast", &mut script);
+            if let Err(error) = std::io::Write::write_all(&mut std::io::stdout(), &script) {
+                output_failed(error)
+            }
             Ok(())
         }
         command => tokio::runtime::Builder::new_current_thread()

@@ -71,7 +71,7 @@ fn table(header: &[&str], rows: &[Vec<String>]) {
             .zip(&widths)
             .map(|(c, w)| format!("{c:<w$}"))
             .collect();
-        println!("{}", text.join("  ").trim_end());
+        outln!("{}", text.join("  ").trim_end());
     };
     line(header.to_vec());
     for row in rows {
@@ -96,7 +96,7 @@ impl Output {
     }
 
     fn print_json(&self, value: &serde_json::Value) -> Result<()> {
-        println!("{}", serde_json::to_string_pretty(value)?);
+        outln!("{}", serde_json::to_string_pretty(value)?);
         Ok(())
     }
 
@@ -144,7 +144,7 @@ impl Output {
         }
         let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
         for (key, value) in rows {
-            println!("{key:<width$}  {value}");
+            outln!("{key:<width$}  {value}");
         }
         Ok(())
     }
@@ -268,7 +268,7 @@ impl Output {
 
     pub(crate) fn watch_line(&self, op: &pb::Operation, elapsed: Duration) -> Result<()> {
         if self.json {
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string(&self.to_json(op, "sigcast.v1.Operation")?)?
             );
@@ -291,7 +291,7 @@ impl Output {
         if let Some(error) = &op.error {
             line.push_str(&format!("  {}: {}", error.reason, error.message));
         }
-        println!("{line}");
+        outln!("{line}");
         Ok(())
     }
 
@@ -309,9 +309,9 @@ impl Output {
                 "verdict": report.verdict,
             }));
         }
-        println!("store     {} ({} attempts)", state(op), op.attempts.len());
+        outln!("store     {} ({} attempts)", state(op), op.attempts.len());
         for (key, value) in &report.facts {
-            println!("chain     {key}: {value}");
+            outln!("chain     {key}: {value}");
         }
         let rows: Vec<Vec<String>> = report
             .attempts
@@ -319,7 +319,7 @@ impl Output {
             .map(|(tx, seen)| vec![tx.clone(), seen.clone()])
             .collect();
         table(&["TX", "ON CHAIN"], &rows);
-        println!("verdict   {}", report.verdict);
+        outln!("verdict   {}", report.verdict);
         Ok(())
     }
 }

@@ -21,21 +21,23 @@ use sigcast_store::Store;
 use std::future::Future;
 use tokio::net::TcpListener;
 
+const OPERATION_SERVICE: &str = sigcast_proto::sigcast::v1::operation_service_server::SERVICE_NAME;
+const OPERATOR_SERVICE: &str =
+    sigcast_proto::sigcast::operator::v1::operator_service_server::SERVICE_NAME;
+
 /// Server reflection over our API, health, and the `google.rpc` error details, so grpcurl
 /// needs no proto files and prints BadRequest / ErrorInfo details decoded. Both protocol
-/// versions are served: grpcurl 1.8 speaks v1alpha, newer clients v1. Only the services served
-/// here are listed: the descriptor set also holds the signer's API.
-fn reflection() -> tonic_reflection::server::Builder<'static> {
+/// versions are served: grpcurl 1.8 speaks v1alpha, newer clients v1. Only `served` (and
+/// health and reflection) are listed: the descriptor set also holds the signer's API, and the
+/// operator API may have a listener of its own.
+fn reflection(served: &[&'static str]) -> tonic_reflection::server::Builder<'static> {
     use tonic_reflection::pb::{v1, v1alpha};
-    [
-        sigcast_proto::sigcast::v1::operation_service_server::SERVICE_NAME,
-        sigcast_proto::sigcast::operator::v1::operator_service_server::SERVICE_NAME,
+    let always = [
         tonic_health::pb::health_server::SERVICE_NAME,
         v1::server_reflection_server::SERVICE_NAME,
         v1alpha::server_reflection_server::SERVICE_NAME,
-    ]
-    .into_iter()
-    .fold(
+    ];
+    served.iter().chain(&always).copied().fold(
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(sigcast_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -126,10 +128,11 @@ pub async fn run(
         Some(addr) => {
             let operator_listener = TcpListener::bind(addr).await?;
             tracing::info!(listen = %addr, operators = config.operators.len(), "operator API served");
+            let served = [OPERATOR_SERVICE];
             let router = tonic::transport::Server::builder()
                 .add_service(health_service.clone())
-                .add_service(reflection().build_v1()?)
-                .add_service(reflection().build_v1alpha()?)
+                .add_service(reflection(&served).build_v1()?)
+                .add_service(reflection(&served).build_v1alpha()?)
                 .add_service(operator);
             tokio::spawn(serve_or_log(
                 "operator",
@@ -152,12 +155,16 @@ pub async fn run(
         let _ = stop_watches.send(true);
     };
     let limits = &config.limits;
+    let served: &[&'static str] = match operator {
+        Some(_) => &[OPERATION_SERVICE, OPERATOR_SERVICE],
+        None => &[OPERATION_SERVICE],
+    };
     let router = tonic::transport::Server::builder()
         .concurrency_limit_per_connection(limits.max_calls_per_connection)
         .max_concurrent_streams(Some(limits.max_concurrent_streams))
         .add_service(health_service)
-        .add_service(reflection().build_v1()?)
-        .add_service(reflection().build_v1alpha()?)
+        .add_service(reflection(served).build_v1()?)
+        .add_service(reflection(served).build_v1alpha()?)
         .add_optional_service(operator)
         .add_service(operations);
     serve(router, listener, tls, shutdown).await?;

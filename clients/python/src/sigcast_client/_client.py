@@ -17,6 +17,10 @@ T = TypeVar("T")
 
 _TERMINAL = {pb.OPERATION_STATE_CONFIRMED, pb.OPERATION_STATE_REJECTED, pb.OPERATION_STATE_CANCELLED}
 
+# HTTP/2 pings while a call is open: a connection that died without a word (a watch waiting on
+# a half-open one) fails within 40 s, and the watch opens it again.
+_KEEPALIVE = (("grpc.keepalive_time_ms", 30_000), ("grpc.keepalive_timeout_ms", 10_000))
+
 
 @dataclass(frozen=True)
 class TlsFiles:
@@ -73,7 +77,7 @@ class Client:
         retry: RetryPolicy = RetryPolicy(),
     ):
         if tls is None:
-            self._channel = grpc.insecure_channel(target)
+            self._channel = grpc.insecure_channel(target, options=list(_KEEPALIVE))
         else:
             def read(path: Optional[str]) -> Optional[bytes]:
                 if path is None:
@@ -86,7 +90,7 @@ class Client:
                 private_key=read(tls.key),
                 certificate_chain=read(tls.cert),
             )
-            options = []
+            options = list(_KEEPALIVE)
             if tls.server_name:
                 options.append(("grpc.ssl_target_name_override", tls.server_name))
             self._channel = grpc.secure_channel(target, credentials, options=options)
@@ -147,17 +151,24 @@ class Client:
 
     def watch(self, op_id: str, timeout: Optional[float] = None) -> Iterator[pb.Operation]:
         """The operation now and after each change, until it is terminal. A stream the service
-        drops is opened again (it starts from the current state); `timeout` bounds the whole
-        watch."""
+        drops is opened again: it starts from the current state, and a revision already seen is
+        not yielded twice; the retry budget starts again after each change. `timeout` bounds
+        the whole watch."""
         deadline = None if timeout is None else time.monotonic() + timeout
         delays = self.retry.delays()
         request = pb.WatchOperationRequest(op_id=op_id)
+        seen = -1
         while True:
             left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
             try:
                 for update in self._stub.WatchOperation(request, timeout=left):
-                    yield update.operation
-                    if update.operation.state in _TERMINAL:
+                    operation = update.operation
+                    if operation.revision <= seen:
+                        continue
+                    seen = operation.revision
+                    delays = self.retry.delays()
+                    yield operation
+                    if operation.state in _TERMINAL:
                         return
                 return
             except grpc.RpcError as raw:

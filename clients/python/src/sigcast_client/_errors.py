@@ -80,7 +80,12 @@ def from_rpc_error(error: grpc.RpcError) -> SigcastError:
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     message = error.details() if hasattr(error, "details") else str(error)
     reason, metadata, violations = None, {}, []
-    status = rpc_status.from_call(error) if hasattr(error, "trailing_metadata") else None
+    try:
+        status = rpc_status.from_call(error) if hasattr(error, "trailing_metadata") else None
+    except ValueError:
+        # Details whose status disagrees with the call's (a proxy rewrote the message):
+        # the code and message stand alone.
+        status = None
     for detail in status.details if status is not None else []:
         info = error_details_pb2.ErrorInfo()
         bad_request = error_details_pb2.BadRequest()

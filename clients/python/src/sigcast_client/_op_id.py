@@ -14,12 +14,22 @@ _U256_MAX = 2**256 - 1
 _U64_MAX = 2**64 - 1
 
 
+def _canonical_digits(text: str, maximum: int) -> "str | None":
+    """`text` (ASCII digits only) without its leading zeros, or None if over `maximum`.
+    Compared by length first: int() refuses strings of thousands of digits."""
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(maximum)) or int(digits) > maximum:
+        return None
+    return digits
+
+
 def _canonical_decimal(text: str, unit: str, maximum: int) -> str:
     if not re.fullmatch(r"[0-9]+", text or ""):
         raise ValueError(f"amount: must be a whole number of {unit}, digits 0-9 only (got {text!r})")
-    if int(text) > maximum:
+    digits = _canonical_digits(text, maximum)
+    if digits is None:
         raise ValueError(f"amount: must not exceed {maximum} {unit}")
-    return str(int(text))
+    return digits
 
 
 def _evm_address(text: str, field: str) -> str:
@@ -37,11 +47,12 @@ def _evm_address(text: str, field: str) -> str:
 
 
 def _solana_pubkey(text: str, field: str) -> str:
-    try:
+    # The alphabet checked first: the decoder forgives surrounding whitespace, the service
+    # does not.
+    raw = b""
+    if re.fullmatch(r"[1-9A-HJ-NP-Za-km-z]{1,44}", text or ""):
         raw = base58.b58decode(text)
-    except ValueError:
-        raw = b""
-    if not text or len(text) > 44 or len(raw) != 32:
+    if len(raw) != 32:
         raise ValueError(f"{field}: must be a base58 public key of 32 bytes (got {text!r})")
     return base58.b58encode(raw).decode()
 
@@ -53,8 +64,9 @@ def derive_op_id(chain: str, sender: str, recipient: str, amount: str, reference
     if not reference:
         raise ValueError("reference: must not be empty: it is what tells two equal payments apart")
     kind, _, name = chain.partition(":")
-    if kind == "eip155" and re.fullmatch(r"\+?[0-9]+", name) and int(name) <= _U64_MAX:
-        chain = f"eip155:{int(name)}"
+    chain_id = _canonical_digits(name.removeprefix("+"), _U64_MAX) if re.fullmatch(r"\+?[0-9]+", name) else None
+    if kind == "eip155" and chain_id is not None:
+        chain = f"eip155:{chain_id}"
         sender, recipient = _evm_address(sender, "sender"), _evm_address(recipient, "recipient")
         amount = _canonical_decimal(amount, "wei", _U256_MAX)
     elif kind == "solana" and name:

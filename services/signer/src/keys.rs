@@ -139,6 +139,8 @@ const ED25519_PREFIX: &str = "ed25519-";
 pub struct Keyring {
     keys: BTreeMap<Address, KeyHandle>,
     ed25519: BTreeMap<[u8; 32], Ed25519Handle>,
+    /// The PKCS#11 token's session, when keys live in one.
+    token: Option<crate::token::TokenHealth>,
 }
 
 impl std::fmt::Debug for Keyring {
@@ -202,15 +204,22 @@ impl Keyring {
         Ok(Self {
             keys,
             ed25519: keys_ed25519,
+            token: None,
         })
     }
 
     /// Adds the secp256k1 keys of a PKCS#11 token.
     pub fn add_token_keys(&mut self, keys: Vec<crate::token::TokenKey>) {
         for key in keys {
+            self.token.get_or_insert_with(|| key.health());
             self.keys
                 .insert(key.address, KeyHandle::Token(Arc::new(key)));
         }
+    }
+
+    /// The PKCS#11 token's session, when its keys are held (for liveness checks).
+    pub fn token_health(&self) -> Option<crate::token::TokenHealth> {
+        self.token.clone()
     }
 
     /// The key of `account`, if held.
@@ -221,6 +230,7 @@ impl Keyring {
     /// Adds the Ed25519 keys of a PKCS#11 token.
     pub fn add_token_ed25519_keys(&mut self, keys: Vec<crate::token::TokenEd25519Key>) {
         for key in keys {
+            self.token.get_or_insert_with(|| key.health());
             self.ed25519
                 .insert(key.public_key, Ed25519Handle::Token(Arc::new(key)));
         }

@@ -75,6 +75,7 @@ pub async fn run(
     harden_process();
     let keyring = load_keyring(&config)?;
     tracing::info!(accounts = ?keyring, "keys loaded");
+    let token = keyring.token_health();
     let store = Store::open(&config.store)?;
     let signer = Signer::new(&config, store, keyring)?;
     signer.check_chains().await?;
@@ -82,6 +83,7 @@ pub async fn run(
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<SignerServiceServer<Signer>>().await;
+    let token_watch = token.map(|token| tokio::spawn(watch_token(token, health.clone())));
     let api = tower::Layer::layer(
         &sigcast_telemetry::grpc::GrpcMetricsLayer,
         SignerServiceServer::new(signer),
@@ -148,6 +150,9 @@ pub async fn run(
         }
     }
     let _ = stop.send(true);
+    if let Some(watch) = token_watch {
+        watch.abort();
+    }
     while let Some(ended) = futures::StreamExt::next(&mut running).await {
         ended??;
     }
@@ -174,4 +179,33 @@ fn declare_metrics() {
         declare(&m.signatures, &[("purpose", purpose.as_str_name())]);
     }
     declare(&m.transitions, &[("state", "SIGNED")]);
+}
+
+/// How often the token's session is checked.
+const TOKEN_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Liveness that notices a dead HSM session: every [`TOKEN_CHECK_EVERY`] the token's session
+/// is checked (and opened again if it was lost); while it cannot be, the signer's own health
+/// name ("", what a liveness probe asks) is NOT_SERVING, so the orchestrator restarts a
+/// signer whose token will not come back by itself (a new process loads the module again).
+async fn watch_token(token: token::TokenHealth, health: tonic_health::server::HealthReporter) {
+    let mut interval = tokio::time::interval(TOKEN_CHECK_EVERY);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let token = token.clone();
+        let checked = tokio::task::spawn_blocking(move || token.check()).await;
+        let status = match checked {
+            Ok(Ok(())) => tonic_health::ServingStatus::Serving,
+            Ok(Err(error)) => {
+                tracing::error!(%error, "PKCS#11 token cannot sign: reporting not alive");
+                tonic_health::ServingStatus::NotServing
+            }
+            Err(error) => {
+                tracing::error!(%error, "checking the PKCS#11 token failed");
+                tonic_health::ServingStatus::NotServing
+            }
+        };
+        health.set_service_status("", status).await;
+    }
 }

@@ -50,6 +50,13 @@ pub struct TokenError {
     pin_refused: bool,
 }
 
+impl TokenError {
+    /// Whether the token refused the PIN (wrong, locked or expired).
+    pub fn pin_refused(&self) -> bool {
+        self.pin_refused
+    }
+}
+
 fn fail(doing: impl Into<String>) -> impl FnOnce(cryptoki::error::Error) -> TokenError {
     let doing = doing.into();
     move |e| TokenError {
@@ -80,6 +87,29 @@ struct Live {
     /// failed login may count against the PIN's retry limit, so a refused PIN is not tried
     /// again (the signer needs the operator), and logins are at least a second apart.
     last_login: Mutex<(Option<std::time::Instant>, bool)>,
+}
+
+/// A handle on the token's session for checking that it is alive (see [`TokenHealth::check`]).
+#[derive(Clone)]
+pub struct TokenHealth {
+    live: Arc<Live>,
+}
+
+impl TokenHealth {
+    /// Whether the session is open and logged in; if it is not (the HSM restarted, the login
+    /// ended), a new one is opened, as a signature would (paced, and never again after a
+    /// refused PIN). An error means the token cannot sign now.
+    pub fn check(&self) -> Result<(), TokenError> {
+        self.live.check()
+    }
+}
+
+impl std::fmt::Debug for TokenHealth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenHealth")
+            .field("token", &self.live.config.token_label)
+            .finish()
+    }
 }
 
 /// The least time between two logins after a lost session.
@@ -163,6 +193,26 @@ impl Live {
             }
             other => other.map_err(fail(doing)),
         }
+    }
+
+    /// See [`TokenHealth::check`].
+    fn check(&self) -> Result<(), TokenError> {
+        use cryptoki::session::SessionState;
+        let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let logged_in = session.get_session_info().is_ok_and(|info| {
+            matches!(
+                info.session_state(),
+                SessionState::RoUser | SessionState::RwUser
+            )
+        });
+        if logged_in {
+            return Ok(());
+        }
+        tracing::warn!("PKCS#11 session lost or logged out; opening a new one");
+        *session = self.log_in_again()?;
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Ok(())
     }
 
     /// A new session after a lost one, unless the token refused the PIN before or the last
@@ -506,6 +556,13 @@ pub struct TokenEd25519Key {
 }
 
 impl TokenEd25519Key {
+    /// A handle for checking the token's session.
+    pub fn health(&self) -> TokenHealth {
+        TokenHealth {
+            live: self.live.clone(),
+        }
+    }
+
     /// Signs `message` inside the token (pure EdDSA).
     pub fn sign(&self, message: &[u8]) -> Result<[u8; 64], TokenError> {
         use cryptoki::mechanism::eddsa::{EddsaParams, EddsaSignatureScheme};
@@ -555,6 +612,13 @@ pub struct TokenKey {
 }
 
 impl TokenKey {
+    /// A handle for checking the token's session.
+    pub fn health(&self) -> TokenHealth {
+        TokenHealth {
+            live: self.live.clone(),
+        }
+    }
+
     /// Signs a 32-byte digest inside the token.
     pub fn sign_hash(&self, hash: &B256) -> Result<Signature, TokenError> {
         let raw = self.live.sign(

@@ -422,3 +422,52 @@ fn a_lost_token_session_is_reopened_and_the_next_signatures_succeed() {
     key.verify_strict(b"after", &ed25519_dalek::Signature::from_bytes(&signature))
         .expect("signed by its own key");
 }
+
+#[test]
+fn the_token_check_opens_a_lost_session_again_and_fails_once_the_pin_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (conf, config) = softhsm_token(dir.path());
+    let out = signer()
+        .arg("--config")
+        .arg(&config)
+        .args(["keys", "generate", "--label", "evm"])
+        .env("SOFTHSM2_CONF", &conf)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // SAFETY: the test runs alone in its process under nextest; set before the module loads.
+    unsafe { std::env::set_var("SOFTHSM2_CONF", &conf) };
+    let pin = dir.path().join("pin");
+    let token = sigcast_signer::token::Token::open(&sigcast_signer::token::Pkcs11Config {
+        module: "/usr/lib/softhsm/libsofthsm2.so".into(),
+        token_label: "sol".into(),
+        pin_file: Some(pin.clone()),
+    })
+    .unwrap();
+    let key = token.keys().unwrap().pop().unwrap();
+    let health = key.health();
+    health.check().expect("a fresh session is alive");
+
+    // The login ends under the signer: the check logs in again, and signing goes on.
+    token.log_out_elsewhere().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1_100)); // logins are paced
+    health.check().expect("a lost login is opened again");
+    // Logged in now: a check within the login pace has nothing to open (it would be refused).
+    health.check().expect("the session checked above is logged in");
+    let digest = sigcast_evm::B256::repeat_byte(9);
+    key.sign_hash(&digest).expect("signing after the check");
+
+    // The PIN changed (rotated on the HSM, not in the signer's file): the check fails, and
+    // keeps failing without trying the refused PIN again.
+    std::fs::write(&pin, "000000000").unwrap();
+    token.log_out_elsewhere().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    let refused = health.check().unwrap_err();
+    assert!(refused.pin_refused(), "{refused}");
+    let again = health.check().unwrap_err();
+    assert!(again.to_string().contains("not trying again"), "{again}");
+}

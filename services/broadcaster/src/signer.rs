@@ -50,7 +50,7 @@ impl SignerClient {
             }
         };
         let channel = if let Some(path) = url.strip_prefix("unix:") {
-            sigcast_proto::unix_channel_lazy(path, timeout)
+            sigcast_proto::unix_channel_lazy(path, timeout)?
         } else {
             let mut endpoint =
                 tonic::transport::Endpoint::from_shared(url.to_owned())?.timeout(timeout);

@@ -31,31 +31,15 @@ pub(crate) fn is_terminal(op: &pb::Operation) -> bool {
     )
 }
 
+/// RFC 3339 in whole seconds (tables are read by people; `--json` keeps the nanoseconds).
 fn time(t: Option<&prost_types::Timestamp>) -> String {
     t.map_or_else(String::new, |t| {
-        let secs = t.seconds;
-        let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-        let (y, m, d) = civil_from_days(days);
-        format!(
-            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-            rest / 3600,
-            rest % 3600 / 60,
-            rest % 60
-        )
+        prost_types::Timestamp {
+            seconds: t.seconds,
+            nanos: 0,
+        }
+        .to_string()
     })
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 fn table(header: &[&str], rows: &[Vec<String>]) {
@@ -321,5 +305,19 @@ impl Output {
         table(&["TX", "ON CHAIN"], &rows);
         outln!("verdict   {}", report.verdict);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod time_tests {
+    use super::time;
+
+    #[test]
+    fn times_print_as_rfc3339_in_whole_seconds() {
+        let at = |seconds, nanos| time(Some(&prost_types::Timestamp { seconds, nanos }));
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00Z");
+        assert_eq!(at(951_782_400, 999_999_999), "2000-02-29T00:00:00Z");
+        assert_eq!(at(1_764_654_599, 1), "2025-12-02T05:49:59Z");
+        assert_eq!(time(None), "");
     }
 }

@@ -457,7 +457,9 @@ fn the_token_check_opens_a_lost_session_again_and_fails_once_the_pin_is_refused(
     std::thread::sleep(std::time::Duration::from_millis(1_100)); // logins are paced
     health.check().expect("a lost login is opened again");
     // Logged in now: a check within the login pace has nothing to open (it would be refused).
-    health.check().expect("the session checked above is logged in");
+    health
+        .check()
+        .expect("the session checked above is logged in");
     let digest = sigcast_evm::B256::repeat_byte(9);
     key.sign_hash(&digest).expect("signing after the check");
 

@@ -19,11 +19,6 @@ use std::sync::{Arc, Mutex};
 const ED25519_PARAMS: [u8; 5] = [0x06, 0x03, 0x2b, 0x65, 0x70];
 /// DER of the secp256k1 curve's OID (1.3.132.0.10), as CKA_EC_PARAMS holds it.
 const SECP256K1_PARAMS: [u8; 7] = [0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x0a];
-/// The secp256k1 group order n.
-const SECP256K1_ORDER: U256 = U256::from_be_slice(&[
-    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe,
-    0xba, 0xae, 0xdc, 0xe6, 0xaf, 0x48, 0xa0, 0x3b, 0xbf, 0xd2, 0x5e, 0x8c, 0xd0, 0x36, 0x41, 0x41,
-]);
 
 /// Environment variable holding the token's user PIN when no `pin_file` is configured.
 pub const PIN_ENV: &str = "SIGCAST_SIGNER_PKCS11_PIN";
@@ -639,13 +634,11 @@ impl TokenKey {
             });
         }
         let r = U256::from_be_slice(&raw[..32]);
-        let mut s = U256::from_be_slice(&raw[32..]);
-        if s > SECP256K1_ORDER >> 1 {
-            s = SECP256K1_ORDER - s;
-        }
+        let s = U256::from_be_slice(&raw[32..]);
+        // Low-S (BIP 62), as Ethereum requires; then the parity that recovers our address.
         [false, true]
             .into_iter()
-            .map(|parity| Signature::new(r, s, parity))
+            .map(|parity| Signature::new(r, s, parity).normalized_s())
             .find(|signature| {
                 signature
                     .recover_address_from_prehash(hash)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check and test of sigcast on a fresh machine: installs what is missing
 # (scripts/install-deps.sh), then lints the contract, lints and checks the Rust code (with
-# the FoundationDB backend compiled in), and runs the whole test suite.
+# the FoundationDB backend compiled in), checks what the dependency graph may hold
+# (cargo deny), and runs the whole test suite.
 #
 # Builds go to $CARGO_TARGET_DIR, by default ~/.cache/sigcast/target, outside the clone, so a
 # later clone on the same machine reuses them.
@@ -36,6 +37,12 @@ cargo fmt --all --check
 
 step "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo deny: bans, licenses, sources (deny.toml)"
+# Built once per machine (a few minutes), then found in ~/.cargo/bin. Offline: the advisory
+# database lives on GitHub, out of reach here; bans, licenses and sources need only the lock file.
+cargo deny --version 2>/dev/null | grep -q ' 0.20.2' || cargo install --locked cargo-deny --version 0.20.2
+cargo deny --offline --locked check bans licenses sources
 
 step "cargo check with the FoundationDB backend"
 cargo check -p sigcast-store --features fdb --all-targets --locked

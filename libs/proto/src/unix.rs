@@ -5,9 +5,11 @@
 use std::path::Path;
 use tonic::transport::{Channel, Endpoint};
 
-/// The endpoint of the socket at `path`.
+/// The endpoint of the socket at `path`. An absolute path goes after `unix://`, so one that
+/// starts with `//` stays absolute (tonic strips `unix://` before `unix:`).
 fn endpoint(path: &Path) -> Result<Endpoint, tonic::transport::Error> {
-    Endpoint::from_shared(format!("unix:{}", path.display()))
+    let separator = if path.is_absolute() { "//" } else { "" };
+    Endpoint::from_shared(format!("unix:{separator}{}", path.display()))
 }
 
 /// A channel to the socket at `path`, connected now.

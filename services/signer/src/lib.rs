@@ -185,9 +185,11 @@ fn declare_metrics() {
 const TOKEN_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Liveness that notices a dead HSM session: every [`TOKEN_CHECK_EVERY`] the token's session
-/// is checked (and opened again if it was lost); while it cannot be, the signer's own health
-/// name ("", what a liveness probe asks) is NOT_SERVING, so the orchestrator restarts a
-/// signer whose token will not come back by itself (a new process loads the module again).
+/// is checked (and opened again if it was lost), and `sigcast.token` says whether the token
+/// can sign. While it cannot, the signer's own health name ("", what a liveness probe asks) is
+/// NOT_SERVING too, so the orchestrator restarts a signer whose token will not come back by
+/// itself (a new process loads the module again) — except after a refused PIN: each restart
+/// would try that PIN again, and enough tries lock it on the token.
 async fn watch_token(token: token::TokenHealth, health: tonic_health::server::HealthReporter) {
     let mut interval = tokio::time::interval(TOKEN_CHECK_EVERY);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -195,17 +197,25 @@ async fn watch_token(token: token::TokenHealth, health: tonic_health::server::He
         interval.tick().await;
         let token = token.clone();
         let checked = tokio::task::spawn_blocking(move || token.check()).await;
-        let status = match checked {
-            Ok(Ok(())) => tonic_health::ServingStatus::Serving,
+        use tonic_health::ServingStatus::{NotServing, Serving};
+        let (token_status, alive) = match checked {
+            Ok(Ok(())) => (Serving, Serving),
+            Ok(Err(error)) if error.pin_refused() => {
+                tracing::error!(%error, "PKCS#11 token refused the PIN: the signer cannot sign until the PIN is fixed and it is restarted");
+                (NotServing, Serving)
+            }
             Ok(Err(error)) => {
                 tracing::error!(%error, "PKCS#11 token cannot sign: reporting not alive");
-                tonic_health::ServingStatus::NotServing
+                (NotServing, NotServing)
             }
             Err(error) => {
                 tracing::error!(%error, "checking the PKCS#11 token failed");
-                tonic_health::ServingStatus::NotServing
+                (NotServing, NotServing)
             }
         };
-        health.set_service_status("", status).await;
+        health
+            .set_service_status("sigcast.token", token_status)
+            .await;
+        health.set_service_status("", alive).await;
     }
 }

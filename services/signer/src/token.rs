@@ -220,9 +220,13 @@ impl Live {
             reason: reason.into(),
         };
         if last.1 {
-            return Err(refuse(
-                "the token refused the PIN at the last login; not trying again (each try may count against its retry limit): fix the PIN and restart the signer",
-            ));
+            // Still the PIN's refusal: whoever reads this error must not try it again either.
+            return Err(TokenError {
+                pin_refused: true,
+                ..refuse(
+                    "the token refused the PIN at the last login; not trying again (each try may count against its retry limit): fix the PIN and restart the signer",
+                )
+            });
         }
         if last.0.is_some_and(|at| at.elapsed() < LOGIN_PACE) {
             return Err(refuse("logged in again under a second ago; try later"));

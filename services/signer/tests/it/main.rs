@@ -472,4 +472,8 @@ fn the_token_check_opens_a_lost_session_again_and_fails_once_the_pin_is_refused(
     assert!(refused.pin_refused(), "{refused}");
     let again = health.check().unwrap_err();
     assert!(again.to_string().contains("not trying again"), "{again}");
+    assert!(
+        again.pin_refused(),
+        "still the PIN's refusal: a liveness probe must not restart the signer into trying it"
+    );
 }

@@ -283,10 +283,7 @@ pub fn import_key_file(dir: &Path, key_file: &Path, passphrase: &str) -> Result<
     let address = PrivateKeySigner::from_slice(&bytes)
         .map_err(|_| file_error("not a valid secp256k1 key".into()))?
         .address();
-    std::fs::create_dir_all(dir).map_err(|e| KeyError::Dir {
-        dir: dir.into(),
-        reason: e.to_string(),
-    })?;
+    create_dir(dir)?;
     let name = format!("{address}.json");
     if dir.join(&name).exists() {
         return Err(KeyError::File {
@@ -294,17 +291,7 @@ pub fn import_key_file(dir: &Path, key_file: &Path, passphrase: &str) -> Result<
             reason: "a keystore for this account exists".into(),
         });
     }
-    PrivateKeySigner::encrypt_keystore(
-        dir,
-        &mut rand::thread_rng(),
-        bytes.as_slice(),
-        passphrase,
-        Some(&name),
-    )
-    .map_err(|e| KeyError::File {
-        file: dir.join(&name),
-        reason: e.to_string(),
-    })?;
+    write_keystore(dir, &name, bytes.as_slice(), passphrase)?;
     Ok(address)
 }
 
@@ -342,10 +329,7 @@ pub fn generate_keystore_key(
     ed25519: bool,
 ) -> Result<String, KeyError> {
     use rand::RngCore;
-    std::fs::create_dir_all(dir).map_err(|e| KeyError::Dir {
-        dir: dir.into(),
-        reason: e.to_string(),
-    })?;
+    create_dir(dir)?;
     let mut seed = Zeroizing::new([0u8; 32]);
     rand::rngs::OsRng.fill_bytes(seed.as_mut());
     let (account, name) = if ed25519 {
@@ -363,18 +347,46 @@ pub fn generate_keystore_key(
             .address();
         (address.to_string(), format!("{address}.json"))
     };
-    eth_keystore::encrypt_key(
-        dir,
-        &mut rand::thread_rng(),
-        seed.as_slice(),
-        passphrase,
-        Some(&name),
-    )
-    .map_err(|e| KeyError::File {
-        file: dir.join(&name),
-        reason: e.to_string(),
-    })?;
+    write_keystore(dir, &name, seed.as_slice(), passphrase)?;
     Ok(account)
+}
+
+/// Creates the keystore directory `dir` if it is missing.
+fn create_dir(dir: &Path) -> Result<(), KeyError> {
+    std::fs::create_dir_all(dir).map_err(|e| KeyError::Dir {
+        dir: dir.into(),
+        reason: e.to_string(),
+    })
+}
+
+/// Encrypts `secret` with `passphrase` into the keystore file `dir/name`.
+fn write_keystore(dir: &Path, name: &str, secret: &[u8], passphrase: &str) -> Result<(), KeyError> {
+    eth_keystore::encrypt_key(dir, &mut rand::thread_rng(), secret, passphrase, Some(name))
+        .map(drop)
+        .map_err(|e| KeyError::File {
+            file: dir.join(name),
+            reason: e.to_string(),
+        })
+}
+
+/// Writes keystores for the first `count` dev keys into `dir`, encrypted with `passphrase`:
+/// `key(index)` gives each one's account, file name and secret. Existing files are kept.
+fn import_dev_keys<A>(
+    dir: &Path,
+    passphrase: &str,
+    count: u32,
+    key: impl Fn(u32) -> Result<(A, String, Zeroizing<[u8; 32]>), KeyError>,
+) -> Result<Vec<A>, KeyError> {
+    create_dir(dir)?;
+    (0..count)
+        .map(|index| {
+            let (account, name, secret) = key(index)?;
+            if !dir.join(&name).exists() {
+                write_keystore(dir, &name, secret.as_slice(), passphrase)?;
+            }
+            Ok(account)
+        })
+        .collect()
 }
 
 /// The public test mnemonic anvil (and hardhat) fund their dev accounts from, at
@@ -405,32 +417,15 @@ pub fn import_anvil_dev_keys(
     passphrase: &str,
     count: u32,
 ) -> Result<Vec<Address>, KeyError> {
-    std::fs::create_dir_all(dir).map_err(|e| KeyError::Dir {
-        dir: dir.into(),
-        reason: e.to_string(),
-    })?;
-    let mut imported = Vec::new();
-    for index in 0..count {
+    import_dev_keys(dir, passphrase, count, |index| {
         let key = anvil_dev_key(index)?;
         let address = key.address();
-        let name = format!("{address}.json");
-        if !dir.join(&name).exists() {
-            let bytes = Zeroizing::new(key.to_bytes().0);
-            PrivateKeySigner::encrypt_keystore(
-                dir,
-                &mut rand::thread_rng(),
-                bytes.as_ref(),
-                passphrase,
-                Some(&name),
-            )
-            .map_err(|e| KeyError::File {
-                file: dir.join(&name),
-                reason: e.to_string(),
-            })?;
-        }
-        imported.push(address);
-    }
-    Ok(imported)
+        Ok((
+            address,
+            format!("{address}.json"),
+            Zeroizing::new(key.to_bytes().0),
+        ))
+    })
 }
 
 /// The Ed25519 key of Solana dev account `index`: the same public test mnemonic at Solana's
@@ -476,32 +471,12 @@ pub fn import_solana_dev_keys(
     passphrase: &str,
     count: u32,
 ) -> Result<Vec<String>, KeyError> {
-    std::fs::create_dir_all(dir).map_err(|e| KeyError::Dir {
-        dir: dir.into(),
-        reason: e.to_string(),
-    })?;
-    let mut imported = Vec::new();
-    for index in 0..count {
+    import_dev_keys(dir, passphrase, count, |index| {
         let key = solana_dev_key(index)?;
         let account = bs58::encode(key.verifying_key().to_bytes()).into_string();
         let name = format!("{ED25519_PREFIX}{account}.json");
-        if !dir.join(&name).exists() {
-            let seed = Zeroizing::new(key.to_bytes());
-            eth_keystore::encrypt_key(
-                dir,
-                &mut rand::thread_rng(),
-                seed.as_slice(),
-                passphrase,
-                Some(&name),
-            )
-            .map_err(|e| KeyError::File {
-                file: dir.join(&name),
-                reason: e.to_string(),
-            })?;
-        }
-        imported.push(account);
-    }
-    Ok(imported)
+        Ok((account, name, Zeroizing::new(key.to_bytes())))
+    })
 }
 
 #[cfg(test)]

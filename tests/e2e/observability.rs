@@ -759,7 +759,12 @@ async fn metrics_parse_as_prometheus_text_and_count_what_a_fault_run_did() {
         total(&broadcaster, "sigcast_operations_in_flight", &[]),
         0.0
     );
-    // Every service says what build it runs.
+    // Every service says what build it runs, and exports its own process under the standard
+    // names.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
     for (name, service) in [
         ("gateway", "sigcast-gateway"),
         ("signer-0", "sigcast-signer"),
@@ -771,6 +776,19 @@ async fn metrics_parse_as_prometheus_text_and_count_what_a_fault_run_did() {
             total(&scraped, "sigcast_build_info", &[label.as_str()]),
             1.0,
             "{name}: {scraped:?}"
+        );
+        let sample = |metric: &str| {
+            *scraped
+                .get(&format!("{metric}{{}}"))
+                .unwrap_or_else(|| panic!("{name}: no {metric}: {scraped:?}"))
+        };
+        assert!(sample("process_cpu_seconds_total") > 0.0, "{name}");
+        assert!(sample("process_resident_memory_bytes") > 1e6, "{name}");
+        assert!(sample("process_open_fds") >= 3.0, "{name}");
+        let started = sample("process_start_time_seconds");
+        assert!(
+            started > now - 600.0 && started <= now + 1.0,
+            "{name}: {started}"
         );
     }
     // Calls served, by method and code.
@@ -809,29 +827,7 @@ async fn metrics_parse_as_prometheus_text_and_count_what_a_fault_run_did() {
             .all(|k| k.matches('/').count() == 2),
         "an endpoint label with a path: {endpoint_labelled:?}"
     );
-    // Each service's own process, under the standard names.
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64();
-    for name in ["gateway", "signer-0", "broadcaster-0"] {
-        let scraped = scrape(stack.metrics_addr(name)).await;
-        let sample = |metric: &str| {
-            *scraped
-                .get(&format!("{metric}{{}}"))
-                .unwrap_or_else(|| panic!("{name}: no {metric}: {scraped:?}"))
-        };
-        assert!(sample("process_cpu_seconds_total") > 0.0, "{name}");
-        assert!(sample("process_resident_memory_bytes") > 1e6, "{name}");
-        assert!(sample("process_open_fds") >= 3.0, "{name}");
-        let started = sample("process_start_time_seconds");
-        assert!(
-            started > now - 600.0 && started <= now + 1.0,
-            "{name}: {started}"
-        );
-    }
     // Each endpoint's head, and how far it lags the chain's highest (one endpoint: none).
-    let broadcaster = scrape(stack.metrics_addr("broadcaster-0")).await;
     assert!(
         total(
             &broadcaster,

@@ -50,13 +50,18 @@ impl Chain {
         }
     }
 
+    /// Its endpoints' pool.
+    fn pool(&self) -> &sigcast_jsonrpc::RpcPool {
+        match self {
+            Chain::Evm(rpc) => rpc,
+            Chain::Solana(rpc) => rpc,
+        }
+    }
+
     /// The endpoints, best first, each behind a cache for one pass.
     pub(crate) fn endpoints(&self) -> Vec<PassCache<PoolEndpoint<'_>>> {
-        let pool = match self {
-            Chain::Evm(rpc) => &**rpc,
-            Chain::Solana(rpc) => &**rpc,
-        };
-        pool.ranked_endpoints()
+        self.pool()
+            .ranked_endpoints()
             .into_iter()
             .map(PassCache::new)
             .collect()
@@ -167,15 +172,11 @@ const HEAD_READ_WITHIN: std::time::Duration = std::time::Duration::from_millis(1
 /// (`chain_head`, `chain_head_lag`; an endpoint that did not answer has neither until it
 /// does). Whether any endpoint answered: the chain's readiness.
 pub(crate) async fn read_heads(name: &str, chain: &Chain) -> bool {
-    let pool = match chain {
-        Chain::Evm(rpc) => &**rpc,
-        Chain::Solana(rpc) => &**rpc,
-    };
     let chain_id = match ChainId::parse(name) {
         Ok(ChainId::Evm { chain_id }) => Some(chain_id),
         _ => None,
     };
-    let endpoints = pool.ranked_endpoints();
+    let endpoints = chain.pool().ranked_endpoints();
     let heads = futures::future::join_all(endpoints.iter().map(|endpoint| async move {
         // Each endpoint within `HEAD_READ_WITHIN`, shorter than the readiness probe's own
         // limit: one endpoint that does not answer must not hide the others' heads.

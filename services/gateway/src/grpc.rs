@@ -522,7 +522,7 @@ impl OperationService for Gateway {
         &self,
         request: Request<pb::SubmitOperationRequest>,
     ) -> Result<Response<pb::SubmitOperationResponse>, Status> {
-        let span = server_span("SubmitOperation", &request.get_ref().op_id);
+        let span = operation_span("SubmitOperation", &request.get_ref().op_id);
         traced(span, RpcSide::Server, async {
             let caller = self.caller_of(&request);
             let result = self.submit(caller, request.into_inner()).await;
@@ -548,7 +548,7 @@ impl OperationService for Gateway {
         &self,
         request: Request<pb::GetOperationRequest>,
     ) -> Result<Response<pb::GetOperationResponse>, Status> {
-        let span = server_span("GetOperation", &request.get_ref().op_id);
+        let span = operation_span("GetOperation", &request.get_ref().op_id);
         traced(span, RpcSide::Server, async {
             let caller = self.caller_of(&request);
             let operation = self.get(&caller, &request.get_ref().op_id).await?;
@@ -566,7 +566,7 @@ impl OperationService for Gateway {
         request: Request<pb::WatchOperationRequest>,
     ) -> Result<Response<Self::WatchOperationStream>, Status> {
         // The span covers opening the watch; the stream that follows is not one call's work.
-        let span = server_span("WatchOperation", &request.get_ref().op_id);
+        let span = operation_span("WatchOperation", &request.get_ref().op_id);
         traced(span, RpcSide::Server, async {
             let caller = self.caller_of(&request);
             let first = self.get(&caller, &request.get_ref().op_id).await?;
@@ -599,7 +599,7 @@ impl OperationService for Gateway {
         &self,
         request: Request<pb::CancelOperationRequest>,
     ) -> Result<Response<pb::CancelOperationResponse>, Status> {
-        let span = server_span("CancelOperation", &request.get_ref().op_id);
+        let span = operation_span("CancelOperation", &request.get_ref().op_id);
         traced(span, RpcSide::Server, async {
             let caller = self.caller_of(&request);
             let operation = self.cancel(&caller, &request.get_ref().op_id).await?;
@@ -614,17 +614,24 @@ impl OperationService for Gateway {
     }
 }
 
-/// The server span of an OperationService call about `op_id`, in the operation's trace.
-fn server_span(method: &'static str, op_id: &str) -> tracing::Span {
-    let span = grpc_span(
-        RpcSide::Server,
+/// The server span of a call of `service` about `op_id`, in the operation's trace.
+pub(crate) fn server_span(
+    service: &'static str,
+    method: &'static str,
+    op_id: &str,
+) -> tracing::Span {
+    let span = grpc_span(RpcSide::Server, service, method, op_id, None);
+    attach_op(&span, op_id);
+    span
+}
+
+/// The server span of an OperationService call about `op_id`.
+fn operation_span(method: &'static str, op_id: &str) -> tracing::Span {
+    server_span(
         sigcast_proto::sigcast::v1::operation_service_server::SERVICE_NAME,
         method,
         op_id,
-        None,
-    );
-    attach_op(&span, op_id);
-    span
+    )
 }
 
 impl Gateway {

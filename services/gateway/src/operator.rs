@@ -9,7 +9,7 @@ use sigcast_proto::parse_op_id;
 use sigcast_proto::sigcast::operator::v1 as api;
 use sigcast_proto::sigcast::signer::v1::AuditRecord;
 use sigcast_store::{accounts, operations};
-use sigcast_telemetry::trace::{RpcSide, attach_op, grpc_span, traced};
+use sigcast_telemetry::trace::{RpcSide, traced};
 use tonic::{Request, Response, Status};
 
 #[tonic::async_trait]
@@ -29,14 +29,11 @@ impl api::operator_service_server::OperatorService for Gateway {
         let op_id = parse_op_id("op_id", &request.get_ref().op_id)
             .map_err(Error::invalid)?
             .to_string();
-        let span = grpc_span(
-            RpcSide::Server,
+        let span = crate::grpc::server_span(
             api::operator_service_server::SERVICE_NAME,
             "GetAuditTrail",
             &op_id,
-            None,
         );
-        attach_op(&span, &op_id);
         traced(span, RpcSide::Server, async {
             let root = self.store().root().clone();
             let id = op_id.clone();

@@ -5,6 +5,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
+import { createServer } from "node:net";
 import { create } from "@bufbuild/protobuf";
 import {
   Code,
@@ -146,10 +147,18 @@ test("only an unavailable service is retried", async () => {
 });
 
 test("every call has a deadline", async () => {
-  const hurried = new SigcastClient(GATEWAY, {
-    timeoutMs: 1,
+  // A peer that takes the connection and never answers: only the client's own deadline can
+  // end the call. (Against the gateway a near-zero deadline races the server's answer.)
+  const silent = createServer(() => {});
+  await new Promise((resolve) => silent.listen(0, "127.0.0.1", resolve));
+  const hurried = new SigcastClient(`127.0.0.1:${silent.address().port}`, {
+    timeoutMs: 500,
     retry: { attempts: 1, initialBackoffMs: 1, maxBackoffMs: 1 },
   });
+  const started = Date.now();
   assert.equal((await refusal(hurried.get(`${RUN}-anything`))).code, Code.DeadlineExceeded);
+  assert.ok(Date.now() - started < 5000, "ended by the 500 ms deadline");
   hurried.close();
+  silent.close();
+  silent.unref();
 });

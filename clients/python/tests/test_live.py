@@ -6,7 +6,9 @@ package must agree with), SIGCAST_RUN (a prefix making this run's op_ids unique)
 """
 
 import os
+import socket
 import subprocess
+import time
 import unittest
 
 import grpc
@@ -156,10 +158,19 @@ class Live(unittest.TestCase):
         self.assertEqual(len(attempts), 1)
 
     def test_every_call_has_a_deadline(self):
-        with sc.Client(GATEWAY, timeout=0.000001, retry=sc.RetryPolicy(attempts=1)) as hurried:
-            with self.assertRaises(sc.SigcastError) as caught:
-                hurried.get(f"{RUN}-anything")
+        # A peer that takes the connection and never answers: only the client's own deadline
+        # can end the call. (Against the gateway a near-zero deadline races the server, which
+        # may answer CANCELLED first.)
+        with socket.socket() as silent:
+            silent.bind(("127.0.0.1", 0))
+            silent.listen()
+            address = "127.0.0.1:%d" % silent.getsockname()[1]
+            with sc.Client(address, timeout=0.5, retry=sc.RetryPolicy(attempts=1)) as hurried:
+                started = time.monotonic()
+                with self.assertRaises(sc.SigcastError) as caught:
+                    hurried.get(f"{RUN}-anything")
         self.assertEqual(caught.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+        self.assertLess(time.monotonic() - started, 5, "ended by the 0.5 s deadline")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 pub mod accept;
 pub mod clock;
 pub mod identity;
+pub mod liveness;
 pub mod tls;
 
 use figment::Figment;

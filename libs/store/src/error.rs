@@ -70,6 +70,15 @@ pub enum Error {
     /// by the `*_or_refuse` runners, which hand the refusal itself to their caller.
     #[error("the transaction body refused; nothing was written")]
     Refused,
+    /// The group-commit thread ended: grouped transactions can no longer commit.
+    #[error("the store's group-commit thread has ended")]
+    GroupCommitEnded,
+    /// The group-commit thread has been inside one transaction for too long.
+    #[error("the store's group-commit thread has been inside one transaction for {seconds} s")]
+    GroupCommitStalled {
+        /// How long.
+        seconds: u64,
+    },
     /// The blocking task running a transaction was lost (runtime shutting down).
     #[error("store task failed: {0}")]
     Task(String),

@@ -15,6 +15,11 @@ use tokio::sync::Semaphore;
 /// [`Error::Busy`].
 const RETRY_DEADLINE: Duration = Duration::from_secs(60);
 
+/// How long one transaction of the group-commit thread may run before the thread counts as
+/// stalled (see [`Store::check_group_commit`]): twice the longest a healthy one takes, that is
+/// retrying a busy database until [`RETRY_DEADLINE`].
+pub const GROUP_COMMIT_STALL: Duration = Duration::from_secs(2 * RETRY_DEADLINE.as_secs());
+
 /// Which backend holds the data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -94,8 +99,16 @@ struct Inner {
     engine: Engine,
     root: Subspace,
     permits: Semaphore,
-    /// The group-commit queue, started on first use.
-    group: std::sync::OnceLock<std::sync::mpsc::Sender<Job>>,
+    /// The group-commit queue and thread, started on first use.
+    group: std::sync::OnceLock<GroupCommit>,
+    /// When the group-commit thread started the transaction it is running; `None` while it
+    /// waits for work.
+    group_busy_since: std::sync::Mutex<Option<Instant>>,
+}
+
+struct GroupCommit {
+    queue: std::sync::mpsc::Sender<Job>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 /// A transaction body with its output captured elsewhere.
@@ -166,6 +179,7 @@ impl Store {
                 root: Subspace::all().subspace(&config.namespace.as_str()),
                 permits: Semaphore::new(config.max_concurrency.max(1)),
                 group: std::sync::OnceLock::new(),
+                group_busy_since: std::sync::Mutex::new(None),
             }),
         };
         store.migrate()?;
@@ -287,12 +301,10 @@ impl Store {
             // every caller's body, and if it died the process would stay up committing nothing.
             let run = std::panic::AssertUnwindSafe(|| body(tx));
             let value = std::panic::catch_unwind(run).map_err(|panic| {
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
-                Error::Task(format!("a transaction body panicked: {message}"))
+                Error::Task(format!(
+                    "a transaction body panicked: {}",
+                    panic_message(&*panic)
+                ))
             })??;
             *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(value);
             Ok(())
@@ -302,7 +314,8 @@ impl Store {
             body: Box::new(job_body),
             done,
         };
-        self.group_queue()
+        self.group_commit()
+            .queue
             .send(job)
             .map_err(|_| Error::Task("the group-commit thread is gone".into()))?;
         committed
@@ -337,17 +350,44 @@ impl Store {
         take_refusal(self.run_async(body).await, &refusal)
     }
 
-    fn group_queue(&self) -> &std::sync::mpsc::Sender<Job> {
+    fn group_commit(&self) -> &GroupCommit {
         self.inner.group.get_or_init(|| {
-            let (sender, receiver) = std::sync::mpsc::channel::<Job>();
+            let (queue, receiver) = std::sync::mpsc::channel::<Job>();
             // The thread holds the store weakly: it ends when the last handle is dropped.
             let store = std::sync::Arc::downgrade(&self.inner);
-            std::thread::Builder::new()
+            let thread = std::thread::Builder::new()
                 .name("store-group-commit".into())
                 .spawn(move || group_commit(&store, &receiver))
                 .expect("spawning the group-commit thread");
-            sender
+            GroupCommit { queue, thread }
         })
+    }
+
+    /// Whether the group-commit thread, which commits every grouped transaction of this
+    /// process, is alive at `now`: an error when it has ended or has been inside one
+    /// transaction for longer than [`GROUP_COMMIT_STALL`]. Either way the process accepts
+    /// work it will never commit, and only a restart helps: this is what liveness probes
+    /// ask. A thread not started yet (nothing grouped so far) is alive.
+    pub fn check_group_commit(&self, now: Instant) -> Result<()> {
+        if self
+            .inner
+            .group
+            .get()
+            .is_some_and(|group| group.thread.is_finished())
+        {
+            return Err(Error::GroupCommitEnded);
+        }
+        let since = *self
+            .inner
+            .group_busy_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match since.map(|since| now.saturating_duration_since(since)) {
+            Some(running) if running > GROUP_COMMIT_STALL => Err(Error::GroupCommitStalled {
+                seconds: running.as_secs(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// [`Store::read`] on a blocking thread, at most `max_concurrency` at once.
@@ -418,24 +458,63 @@ fn group_commit(store: &std::sync::Weak<Inner>, queue: &std::sync::mpsc::Receive
         }
         let Some(inner) = store.upgrade() else { return };
         let store = Store { inner };
-        let together = store.run(|tx| {
-            for job in jobs.iter_mut() {
-                (job.body)(tx)?;
+        // Bodies catch their own panics (see `run_grouped`); this catches the rest (a value a
+        // body held that panics when dropped here), which would otherwise end the thread
+        // and leave the process up, committing nothing. The callers whose answer was not sent
+        // yet hear that their transaction was dropped; its outcome is theirs to read again.
+        let group = std::panic::AssertUnwindSafe(|| commit_group(&store, jobs));
+        if let Err(panic) = std::panic::catch_unwind(group) {
+            let message = panic_message(&*panic);
+            tracing::error!(%message, "a panic in the group-commit thread: the group's remaining callers get an error");
+        }
+        *store
+            .inner
+            .group_busy_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+/// What a panic said, when it said it with a string.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
+/// Commits `jobs` in one transaction or, when that fails, each alone, so that one body's
+/// failure fails no other caller.
+fn commit_group(store: &Store, mut jobs: Vec<Job>) {
+    let busy = |running: bool| {
+        *store
+            .inner
+            .group_busy_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = running.then(Instant::now);
+    };
+    busy(true);
+    let together = store.run(|tx| {
+        for job in jobs.iter_mut() {
+            (job.body)(tx)?;
+        }
+        Ok(())
+    });
+    busy(false);
+    match together {
+        Ok(()) => {
+            for job in jobs {
+                let _ = job.done.send(Ok(()));
             }
-            Ok(())
-        });
-        match together {
-            Ok(()) => {
-                for job in jobs {
-                    let _ = job.done.send(Ok(()));
-                }
-            }
-            // Alone, each body commits or fails on its own.
-            Err(_) => {
-                for mut job in jobs {
-                    let result = store.run(|tx| (job.body)(tx));
-                    let _ = job.done.send(result);
-                }
+        }
+        // Alone, each body commits or fails on its own.
+        Err(_) => {
+            for mut job in jobs {
+                busy(true);
+                let result = store.run(|tx| (job.body)(tx));
+                busy(false);
+                let _ = job.done.send(result);
             }
         }
     }

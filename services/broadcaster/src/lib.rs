@@ -14,6 +14,7 @@ mod worker;
 pub use config::Config;
 pub use worker::Worker;
 
+use sigcast_runtime::liveness::{CHECK_EVERY, Liveness};
 use sigcast_store::Store;
 use std::future::Future;
 use tokio::net::TcpListener;
@@ -29,6 +30,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let store = Store::open(&config.store)?;
+    let group_commit = store.clone();
     let worker = Worker::new(&config, store)?;
     worker.declare_metrics();
     let prober = worker.clone();
@@ -36,6 +38,9 @@ pub async fn run(
     health
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
+    let liveness = Liveness::new(health.clone()).watch("group_commit", CHECK_EVERY, move || {
+        group_commit.check_group_commit(std::time::Instant::now())
+    });
 
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let poll = config.poll();
@@ -53,7 +58,7 @@ pub async fn run(
         }
     });
     // Readiness per dependency, each under its own health service name (see `Worker::probe`);
-    // the server's own name ("") stays SERVING while the process runs.
+    // the server's own name ("") is liveness.
     let probing = {
         let (worker, health, mut stopped) = (prober, health.clone(), stop.subscribe());
         tokio::spawn(async move {
@@ -97,6 +102,7 @@ pub async fn run(
     // A pass in progress finishes its current steps; each is a whole store transaction.
     work.await?;
     probing.abort();
+    liveness.abort();
     tracing::info!("broadcaster stopped");
     Ok(())
 }

@@ -17,6 +17,7 @@ pub use grpc::Gateway;
 
 use sigcast_proto::sigcast::operator::v1::operator_service_server::OperatorServiceServer;
 use sigcast_proto::sigcast::v1::operation_service_server::OperationServiceServer;
+use sigcast_runtime::liveness::{CHECK_EVERY, Liveness};
 use sigcast_store::Store;
 use std::future::Future;
 use tokio::net::TcpListener;
@@ -54,6 +55,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let store = Store::open(&config.store)?;
+    let group_commit = store.clone();
     declare_metrics();
     let (stop_watches, watches_stopped) = tokio::sync::watch::channel(false);
     let gateway = Gateway::new(
@@ -74,6 +76,9 @@ pub async fn run(
         .set_service_status(grpc::STORE_HEALTH, tonic_health::ServingStatus::Serving)
         .await;
     let gateway = gateway.with_store_health(health.clone());
+    let liveness = Liveness::new(health.clone()).watch("group_commit", CHECK_EVERY, move || {
+        group_commit.check_group_commit(std::time::Instant::now())
+    });
     let authenticated = config.tls.is_some() || config.mesh.is_some();
     let open = !authenticated && !config.allow_plaintext;
     let gateway = gateway.with_operators(config.operators.clone(), authenticated, open);
@@ -168,6 +173,7 @@ pub async fn run(
         .add_optional_service(operator)
         .add_service(operations);
     serve(router, listener, tls, shutdown).await?;
+    liveness.abort();
     tracing::info!("gateway stopped");
     Ok(())
 }

@@ -22,6 +22,7 @@ pub use sign::{
 };
 
 use sigcast_proto::sigcast::signer::v1::signer_service_server::SignerServiceServer;
+use sigcast_runtime::liveness::{CHECK_EVERY, Liveness};
 use sigcast_store::Store;
 use std::future::Future;
 use tokio::net::TcpListener;
@@ -77,13 +78,19 @@ pub async fn run(
     tracing::info!(accounts = ?keyring, "keys loaded");
     let token = keyring.token_health();
     let store = Store::open(&config.store)?;
+    let group_commit = store.clone();
     let signer = Signer::new(&config, store, keyring)?;
     signer.check_chains().await?;
     declare_metrics();
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<SignerServiceServer<Signer>>().await;
-    let token_watch = token.map(|token| tokio::spawn(watch_token(token, health.clone())));
+    let liveness = Liveness::new(health.clone());
+    let group_commit = liveness.watch("group_commit", CHECK_EVERY, move || {
+        group_commit.check_group_commit(std::time::Instant::now())
+    });
+    let token_watch =
+        token.map(|token| tokio::spawn(watch_token(token, health.clone(), liveness.clone())));
     let api = tower::Layer::layer(
         &sigcast_telemetry::grpc::GrpcMetricsLayer,
         SignerServiceServer::new(signer),
@@ -153,6 +160,7 @@ pub async fn run(
     if let Some(watch) = token_watch {
         watch.abort();
     }
+    group_commit.abort();
     while let Some(ended) = futures::StreamExt::next(&mut running).await {
         ended??;
     }
@@ -181,17 +189,18 @@ fn declare_metrics() {
     declare(&m.transitions, &[("state", "SIGNED")]);
 }
 
-/// How often the token's session is checked.
-const TOKEN_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Liveness that notices a dead HSM session: every [`TOKEN_CHECK_EVERY`] the token's session
-/// is checked (and opened again if it was lost), and `sigcast.token` says whether the token
-/// can sign. While it cannot, the signer's own health name ("", what a liveness probe asks) is
-/// NOT_SERVING too, so the orchestrator restarts a signer whose token will not come back by
+/// Liveness that notices a dead HSM session: every [`CHECK_EVERY`] the token's session is
+/// checked (and opened again if it was lost), and `sigcast.token` says whether the token can
+/// sign. While it cannot, the signer is not alive either (the `token` part of its
+/// [`Liveness`]), so the orchestrator restarts a signer whose token will not come back by
 /// itself (a new process loads the module again) — except after a refused PIN: each restart
 /// would try that PIN again, and enough tries lock it on the token.
-async fn watch_token(token: token::TokenHealth, health: tonic_health::server::HealthReporter) {
-    let mut interval = tokio::time::interval(TOKEN_CHECK_EVERY);
+async fn watch_token(
+    token: token::TokenHealth,
+    health: tonic_health::server::HealthReporter,
+    liveness: Liveness,
+) {
+    let mut interval = tokio::time::interval(CHECK_EVERY);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;
@@ -199,23 +208,23 @@ async fn watch_token(token: token::TokenHealth, health: tonic_health::server::He
         let checked = tokio::task::spawn_blocking(move || token.check()).await;
         use tonic_health::ServingStatus::{NotServing, Serving};
         let (token_status, alive) = match checked {
-            Ok(Ok(())) => (Serving, Serving),
+            Ok(Ok(())) => (Serving, true),
             Ok(Err(error)) if error.pin_refused() => {
                 tracing::error!(%error, "PKCS#11 token refused the PIN: the signer cannot sign until the PIN is fixed and it is restarted");
-                (NotServing, Serving)
+                (NotServing, true)
             }
             Ok(Err(error)) => {
                 tracing::error!(%error, "PKCS#11 token cannot sign: reporting not alive");
-                (NotServing, NotServing)
+                (NotServing, false)
             }
             Err(error) => {
                 tracing::error!(%error, "checking the PKCS#11 token failed");
-                (NotServing, NotServing)
+                (NotServing, false)
             }
         };
         health
             .set_service_status("sigcast.token", token_status)
             .await;
-        health.set_service_status("", alive).await;
+        liveness.report("token", alive).await;
     }
 }

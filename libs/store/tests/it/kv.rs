@@ -304,6 +304,92 @@ fn grouped_transactions_lose_nothing_and_one_failure_fails_no_other() {
 }
 
 #[test]
+fn a_panic_outside_any_body_does_not_end_group_commit() {
+    // A value a body holds panics when the group-commit thread drops it, after the body ran
+    // and outside the body's own guard: the thread must survive that too.
+    struct PanicsOnDrop;
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            if !std::thread::panicking() {
+                panic!("a bug in a value a transaction body held");
+            }
+        }
+    }
+    let t = test_store("group-drop-panic");
+    let store = t.store.clone();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (first, second) = (
+        store.root().pack(&("first",)),
+        store.root().pack(&("second",)),
+    );
+    runtime.block_on(async {
+        let held = PanicsOnDrop;
+        let key = first.clone();
+        // Whatever this caller hears, the next ones must commit.
+        let _ = store
+            .run_grouped(move |tx| {
+                let _held = &held;
+                tx.set(&key, b"written")
+            })
+            .await;
+        let key = second.clone();
+        store
+            .run_grouped(move |tx| tx.set(&key, b"written"))
+            .await
+            .expect("later grouped transactions still commit");
+    });
+    assert_eq!(
+        store.read(|tx| tx.get(&second)).unwrap().as_deref(),
+        Some(&b"written"[..])
+    );
+    assert!(store.check_group_commit(std::time::Instant::now()).is_ok());
+}
+
+#[test]
+fn a_group_commit_stuck_in_one_transaction_is_reported_stalled() {
+    let t = test_store("group-stall");
+    let store = t.store.clone();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = std::sync::Mutex::new(released);
+    let key = store.root().pack(&("stalled",));
+    let blocked = {
+        let store = store.clone();
+        runtime.spawn(async move {
+            store
+                .run_grouped(move |tx| {
+                    let _ = entered_tx.send(());
+                    // Stands for a body stuck in I/O that never returns (a hung HSM).
+                    let _ = released.lock().unwrap().recv();
+                    tx.set(&key, b"at last")
+                })
+                .await
+        })
+    };
+    entered.recv().unwrap();
+    let now = std::time::Instant::now();
+    assert!(
+        store.check_group_commit(now).is_ok(),
+        "a transaction in progress is not yet stalled"
+    );
+    let later = now + sigcast_store::GROUP_COMMIT_STALL + std::time::Duration::from_secs(1);
+    let stalled = store
+        .check_group_commit(later)
+        .expect_err("one transaction running past the bound is a stall");
+    assert!(
+        matches!(stalled, Error::GroupCommitStalled { .. }),
+        "{stalled}"
+    );
+    release.send(()).unwrap();
+    runtime.block_on(blocked).unwrap().unwrap();
+    assert!(
+        store.check_group_commit(later).is_ok(),
+        "an idle group commit is never stalled"
+    );
+}
+
+#[test]
 fn a_panicking_grouped_body_fails_its_caller_and_group_commit_goes_on() {
     let t = test_store("group-panic");
     let store = t.store.clone();

@@ -1,0 +1,162 @@
+//! Liveness: whether the process's own machinery still works, as the gRPC health name `""`
+//! (what a liveness probe asks) reports it. Liveness is not readiness: a dependency that is
+//! down (a store out of space, an RPC endpoint) is reported under its own name and makes no
+//! process restart, since a restart would not bring it back; a part of the process that cannot
+//! recover by itself (a stalled group commit, an HSM session that will not reopen) does.
+//!
+//! Each part reports itself under its own name; `""` is SERVING while every part is alive.
+
+use std::collections::BTreeSet;
+use std::fmt::Display;
+use std::sync::Arc;
+use std::time::Duration;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+/// How often a watched part is checked.
+pub const CHECK_EVERY: Duration = Duration::from_secs(10);
+
+/// The parts of one process and whether each is alive; cheap to clone.
+#[derive(Clone)]
+pub struct Liveness {
+    reporter: HealthReporter,
+    /// The parts that reported themselves not alive; held while `""` is set, so that two
+    /// parts reporting at once cannot leave it stale.
+    failing: Arc<tokio::sync::Mutex<BTreeSet<&'static str>>>,
+}
+
+impl Liveness {
+    /// Reports through `reporter`; `""` is left as it is until a part reports.
+    pub fn new(reporter: HealthReporter) -> Self {
+        Self {
+            reporter,
+            failing: Arc::default(),
+        }
+    }
+
+    /// Records whether `part` is alive, and sets `""` from every part's last report.
+    pub async fn report(&self, part: &'static str, alive: bool) {
+        let mut failing = self.failing.lock().await;
+        if alive {
+            failing.remove(part);
+        } else {
+            failing.insert(part);
+        }
+        let status = if failing.is_empty() {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        self.reporter.set_service_status("", status).await;
+    }
+
+    /// Checks `part` every `every` and reports it, logging each change, until the returned
+    /// task is aborted. The check must not block: it runs on the async runtime.
+    pub fn watch<E: Display>(
+        &self,
+        part: &'static str,
+        every: Duration,
+        check: impl Fn() -> Result<(), E> + Send + 'static,
+    ) -> tokio::task::JoinHandle<()> {
+        let liveness = self.clone();
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(every);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut was_alive = true;
+            loop {
+                interval.tick().await;
+                let alive = match check() {
+                    Err(error) => {
+                        if was_alive {
+                            tracing::error!(part, %error, "not alive: a liveness probe will restart this process");
+                        }
+                        false
+                    }
+                    Ok(()) => {
+                        if !was_alive {
+                            tracing::info!(part, "alive again");
+                        }
+                        true
+                    }
+                };
+                was_alive = alive;
+                liveness.report(part, was_alive).await;
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tonic_health::pb::health_server::Health;
+    use tonic_health::pb::{HealthCheckRequest, health_check_response};
+
+    async fn status(health: &impl Health) -> health_check_response::ServingStatus {
+        let request = tonic::Request::new(HealthCheckRequest {
+            service: String::new(),
+        });
+        let answer = health.check(request).await.unwrap().into_inner();
+        health_check_response::ServingStatus::try_from(answer.status).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_process_is_alive_only_while_every_part_is() {
+        use health_check_response::ServingStatus::{NotServing, Serving};
+        let reporter = HealthReporter::new();
+        let server = tonic_health::server::HealthService::from_health_reporter(reporter.clone());
+        reporter
+            .set_service_status("", ServingStatus::Serving)
+            .await;
+        let liveness = Liveness::new(reporter);
+        liveness.report("token", false).await;
+        assert_eq!(status(&server).await, NotServing);
+        liveness.report("group_commit", false).await;
+        liveness.report("token", true).await;
+        assert_eq!(
+            status(&server).await,
+            NotServing,
+            "one part recovering does not hide another that did not"
+        );
+        liveness.report("group_commit", true).await;
+        assert_eq!(status(&server).await, Serving);
+    }
+
+    /// Waits until `""` reads `wanted` (the watch checks every few milliseconds here).
+    async fn until(health: &impl Health, wanted: health_check_response::ServingStatus) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while status(health).await != wanted {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "\"\" never became {wanted:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_watched_part_is_reported_as_its_check_goes() {
+        use health_check_response::ServingStatus::{NotServing, Serving};
+        let reporter = HealthReporter::new();
+        let server = tonic_health::server::HealthService::from_health_reporter(reporter.clone());
+        reporter
+            .set_service_status("", ServingStatus::Serving)
+            .await;
+        let healthy = Arc::new(AtomicBool::new(true));
+        let flag = healthy.clone();
+        let watch =
+            Liveness::new(reporter).watch("group_commit", Duration::from_millis(5), move || {
+                if flag.load(Ordering::SeqCst) {
+                    Ok(())
+                } else {
+                    Err("stalled")
+                }
+            });
+        healthy.store(false, Ordering::SeqCst);
+        until(&server, NotServing).await;
+        healthy.store(true, Ordering::SeqCst);
+        until(&server, Serving).await;
+        watch.abort();
+    }
+}

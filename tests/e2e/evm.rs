@@ -483,7 +483,7 @@ async fn a_nonce_consumed_by_an_outside_sender_rejects_with_evidence_and_later_o
         (
             outside_hash.to_string().as_str(),
             outside_receipt.block_number,
-            outside_receipt.block_hash.to_ascii_lowercase().as_str()
+            outside_receipt.block_hash.to_string().as_str()
         )
     );
     assert_ne!(evidence.tx_id, signed.tx_id, "none of the operation's own");

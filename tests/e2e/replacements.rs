@@ -379,7 +379,7 @@ async fn a_reorged_out_transaction_is_resent_byte_identical_and_confirms_once() 
         .unwrap();
     assert_ne!(
         replaced["hash"].as_str().unwrap(),
-        first.block_hash,
+        first.block_hash.to_string(),
         "the block was reorganised"
     );
     node.read("evm_setIntervalMining", serde_json::json!([1]))
@@ -406,7 +406,8 @@ async fn a_reorged_out_transaction_is_resent_byte_identical_and_confirms_once() 
     let result = op.result.as_ref().unwrap();
     assert_eq!(result.tx_id, op.attempts[0].tx_id);
     assert_ne!(
-        result.block_hash, first.block_hash,
+        result.block_hash,
+        first.block_hash.to_string(),
         "confirmed in the new chain, not the orphaned block"
     );
     assert_eq!(node.nonce(DEV[0].parse().unwrap()).await.unwrap(), 1);
@@ -497,7 +498,7 @@ async fn a_foreign_transaction_reorged_out_before_the_depth_never_rejects_the_op
     assert_eq!(op.result.as_ref().unwrap().tx_id, sent.attempts[0].tx_id);
     assert_ne!(
         op.result.as_ref().unwrap().block_hash,
-        foreign.block_hash,
+        foreign.block_hash.to_string(),
         "confirmed in the block that replaced the foreign one"
     );
     let to: Address = recipient(0).parse().unwrap();

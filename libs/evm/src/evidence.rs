@@ -5,7 +5,8 @@
 //! prune their indexes.
 
 use crate::rpc::parse_receipt;
-use alloy_primitives::{Address, B256};
+use alloy_primitives::{Address, B256, U64};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use sigcast_jsonrpc::{Endpoint, RpcError, quantity};
 use sigcast_protocol::{BlockRef, EvmLanded, EvmView};
@@ -25,17 +26,37 @@ fn malformed(endpoint: &impl Endpoint, what: &str, value: &Value) -> RpcError {
     }
 }
 
+/// What sigcast reads of a block object.
+#[derive(serde::Deserialize)]
+struct WireBlock {
+    number: U64,
+    hash: B256,
+    /// Hashes, or whole transactions when asked for: read one by one (see [`WireTx`]).
+    #[serde(default)]
+    transactions: Vec<Value>,
+}
+
+/// What sigcast reads of a transaction in a block. Each is read alone, so that a transaction
+/// of a type with other fields (an L2's deposit) leaves the rest of the block readable.
+#[derive(serde::Deserialize)]
+struct WireTx {
+    hash: B256,
+    from: Address,
+    nonce: U64,
+}
+
+fn wire_block(endpoint: &impl Endpoint, value: &Value) -> Result<WireBlock, RpcError> {
+    WireBlock::deserialize(value)
+        .map_err(|_| malformed(endpoint, "a block without number or hash", value))
+}
+
 /// A block's number and hash, from a block object.
 fn block_ref(endpoint: &impl Endpoint, value: &Value) -> Result<BlockRef, RpcError> {
-    let number = value.get("number").and_then(quantity);
-    let hash = value.get("hash").and_then(Value::as_str);
-    match (number, hash) {
-        (Some(number), Some(hash)) => Ok(BlockRef {
-            number,
-            hash: hash.to_ascii_lowercase(),
-        }),
-        _ => Err(malformed(endpoint, "a block without number or hash", value)),
-    }
+    let block = wire_block(endpoint, value)?;
+    Ok(BlockRef {
+        number: block.number.to(),
+        hash: block.hash.to_string(),
+    })
 }
 
 /// The block at `number` (`None` if the endpoint has none), with full transactions if `full`.
@@ -100,7 +121,7 @@ pub async fn read_view(
             tx: receipt.tx_hash.to_string(),
             block: BlockRef {
                 number: receipt.block_number,
-                hash: receipt.block_hash.to_ascii_lowercase(),
+                hash: receipt.block_hash.to_string(),
             },
             canonical_hash,
             success: Some(receipt.success),
@@ -194,35 +215,25 @@ async fn in_block(
     let Some(value) = block(endpoint, number, true).await? else {
         return Ok(None);
     };
-    let block = block_ref(endpoint, &value)?;
-    let account_text = format!("{account:#x}");
-    let found = value
-        .get("transactions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|tx| {
-            tx.get("from")
-                .and_then(Value::as_str)
-                .is_some_and(|from| from.eq_ignore_ascii_case(&account_text))
-                && tx.get("nonce").and_then(quantity) == Some(nonce)
-        });
-    let Some(tx) = found else {
-        return Ok(None);
+    let wire = wire_block(endpoint, &value)?;
+    let block = BlockRef {
+        number: wire.number.to(),
+        hash: wire.hash.to_string(),
     };
-    let Some(hash) = tx
-        .get("hash")
-        .and_then(Value::as_str)
-        .and_then(|h| h.parse::<B256>().ok())
-    else {
-        return Err(malformed(endpoint, "a transaction without a hash", tx));
+    let found = wire
+        .transactions
+        .iter()
+        .filter_map(|tx| WireTx::deserialize(tx).ok())
+        .find(|tx| tx.from == account && tx.nonce.to::<u64>() == nonce);
+    let Some(WireTx { hash, .. }) = found else {
+        return Ok(None);
     };
     let success = endpoint
         .request("eth_getTransactionReceipt", json!([hash.to_string()]))
         .await
         .ok()
         .and_then(|value| parse_receipt(&value))
-        .filter(|r| r.block_hash.eq_ignore_ascii_case(&block.hash))
+        .filter(|r| r.block_hash.to_string() == block.hash)
         .map(|r| r.success);
     Ok(Some(EvmLanded {
         tx: hash.to_string(),

@@ -14,7 +14,7 @@ pub struct Receipt {
     /// Block it was included in.
     pub block_number: u64,
     /// That block's hash.
-    pub block_hash: String,
+    pub block_hash: B256,
     /// Execution succeeded (status 1) or reverted (status 0).
     pub success: bool,
 }
@@ -168,16 +168,21 @@ fn parse_b256(value: &Value) -> Option<B256> {
     value.as_str()?.parse().ok()
 }
 
-/// Parses a receipt object; `None` for JSON null (no receipt).
+/// A receipt as a node serves it: alloy's type, over any transaction type (an L2's deposit
+/// transactions included), so that one unknown type never makes a receipt unreadable.
+type WireReceipt = alloy_rpc_types_eth::TransactionReceipt<
+    alloy_consensus_any::AnyReceiptEnvelope<alloy_rpc_types_eth::Log>,
+>;
+
+/// Parses a receipt object. `None` for JSON null (no receipt), for a pending one (no block
+/// yet), and for one that does not parse: none of them is evidence of anything.
 pub(crate) fn parse_receipt(value: &Value) -> Option<Receipt> {
-    if value.is_null() {
-        return None;
-    }
+    let receipt = <WireReceipt as serde::Deserialize>::deserialize(value).ok()?;
     Some(Receipt {
-        tx_hash: parse_b256(value.get("transactionHash")?)?,
-        block_number: quantity(value.get("blockNumber")?)?,
-        block_hash: value.get("blockHash")?.as_str()?.to_owned(),
-        success: quantity(value.get("status")?)? == 1,
+        tx_hash: receipt.transaction_hash,
+        block_number: receipt.block_number?,
+        block_hash: receipt.block_hash?,
+        success: receipt.inner.status(),
     })
 }
 
@@ -213,14 +218,53 @@ mod tests {
     }
     use super::*;
 
-    #[test]
-    fn receipts_parse_and_null_is_none() {
-        let receipt = json!({
+    /// A receipt as anvil serves it (a reverted EIP-1559 transfer).
+    fn reverted_receipt() -> Value {
+        json!({
+            "type": "0x2", "status": "0x0", "cumulativeGasUsed": "0x5208", "logs": [],
+            "logsBloom": format!("0x{}", "0".repeat(512)),
             "transactionHash": "0x88df016429689c079f3b2f6ad39fa052532c56795b733da78a91ebe6a713944b",
-            "blockNumber": "0x1b4", "blockHash": "0xabc", "status": "0x0"
-        });
-        let parsed = parse_receipt(&receipt).unwrap();
+            "transactionIndex": "0x0",
+            "blockHash": "0xaf1ee3eb2d7fd4c6d6d2c3a4fb0e2d41d0a6a1f7b3a6ce54dbd4d8bb36f5c0e1",
+            "blockNumber": "0x1b4", "gasUsed": "0x5208", "effectiveGasPrice": "0x3b9aca00",
+            "from": "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266",
+            "to": "0x70997970c51812dc3a010c7d01b50e0d17dc79c8", "contractAddress": null
+        })
+    }
+
+    #[test]
+    fn receipts_parse_and_null_pending_or_malformed_is_none() {
+        let parsed = parse_receipt(&reverted_receipt()).unwrap();
         assert_eq!((parsed.block_number, parsed.success), (436, false));
+        assert_eq!(
+            parsed.block_hash.to_string(),
+            "0xaf1ee3eb2d7fd4c6d6d2c3a4fb0e2d41d0a6a1f7b3a6ce54dbd4d8bb36f5c0e1"
+        );
         assert_eq!(parse_receipt(&Value::Null), None);
+        let mut pending = reverted_receipt();
+        pending["blockNumber"] = Value::Null;
+        pending["blockHash"] = Value::Null;
+        assert_eq!(
+            parse_receipt(&pending),
+            None,
+            "a pending receipt proves nothing"
+        );
+        let mut short = reverted_receipt();
+        short["blockHash"] = json!("0xabc");
+        assert_eq!(parse_receipt(&short), None, "a block hash must be 32 bytes");
+        let mut succeeded = reverted_receipt();
+        succeeded["status"] = json!("0x1");
+        assert!(parse_receipt(&succeeded).unwrap().success);
+    }
+
+    #[test]
+    fn a_receipt_of_a_transaction_type_alloy_does_not_know_still_reads() {
+        // An OP Stack deposit transaction's receipt (type 0x7e, with its extra fields).
+        let mut deposit = reverted_receipt();
+        deposit["type"] = json!("0x7e");
+        deposit["status"] = json!("0x1");
+        deposit["depositNonce"] = json!("0x1");
+        let parsed = parse_receipt(&deposit).unwrap();
+        assert!(parsed.success);
     }
 }

@@ -254,7 +254,10 @@ mod tests {
             Ok(match method {
                 "eth_chainId" => json!(format!("0x{:x}", self.chain_id)),
                 "getGenesisHash" => json!(self.genesis),
-                "eth_getBlockByNumber" => json!({"number": "0x5", "hash": "0xb5"}),
+                "eth_getBlockByNumber" => json!({
+                    "number": "0x5",
+                    "hash": format!("0x{}", "b5".repeat(32)),
+                }),
                 "eth_getTransactionCount" => json!("0x9"),
                 _ => Value::Null,
             })

@@ -325,15 +325,24 @@ async fn kill_nine_of_signer_and_broadcaster_under_load_loses_and_duplicates_not
     // between signing and confirmation (a kill of an idle stack proves nothing).
     let mut planned = Vec::new();
     for kill in 0..24 {
-        planned.extend(submit_transfers(&stack, &format!("killed-{kill:02}"), 25, 4).await);
-        tokio::time::sleep(Duration::from_millis(rng.gen_range(100..800))).await;
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while in_flight(&stack).await == 0 {
+        // A wave can be signed, sent and confirmed before the pause ends (a block a second,
+        // one confirmation): then another comes, until one is caught in flight.
+        for wave in 0.. {
+            let prefix = format!("killed-{kill:02}-{wave}");
+            planned.extend(submit_transfers(&stack, &prefix, 25, 4).await);
+            tokio::time::sleep(Duration::from_millis(rng.gen_range(100..800))).await;
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while in_flight(&stack).await == 0 && std::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if in_flight(&stack).await > 0 {
+                break;
+            }
             assert!(
-                std::time::Instant::now() < deadline,
-                "kill {kill} would land on an idle stack"
+                wave < 4,
+                "kill {kill}: five waves and none caught in flight: {}",
+                stack.logs()
             );
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let service = if rng.gen_bool(0.5) {
             &mut stack.signers[0]

@@ -541,7 +541,7 @@ async fn a_token_that_fails_to_sign_leaves_no_nonce_or_spend_behind() {
     let policy = format!(
         "[[policies]]\naccount = \"{account}\"\nwindow_max_value_wei = \"1000000\"\nwindow_secs = 3600\n"
     );
-    std::fs::write(&config, std::fs::read_to_string(&config).unwrap() + &policy).unwrap();
+    stack.add_signer_settings(0, &policy);
     stack.signers[0].restart().await;
 
     // The token loses the private key under the running signer: every signature now fails

@@ -2,7 +2,10 @@
 //! separate processes sharing one SQLite file, each on its own ports.
 
 use crate::{Service, free_addr};
+use sigcast_broadcaster as broadcaster;
+use sigcast_gateway as gateway;
 use sigcast_proto::sigcast::v1::operation_service_client::OperationServiceClient;
+use sigcast_signer as signer;
 pub use softhsm::SoftHsm;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -205,21 +208,21 @@ impl Stack {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path();
         let anvil = Anvil::start(options.block_time, path);
-        let store = format!(
-            "[store]\npath = \"{}\"\n",
-            path.join("sigcast.db").display()
-        );
+        let store = sigcast_store::StoreConfig {
+            path: path.join("sigcast.db"),
+            ..Default::default()
+        };
         let signer_proxy = match options.signer_proxy {
             true => Some(crate::FaultProxy::start(anvil.addr, 0.0, 0, Duration::ZERO).await),
             false => None,
         };
-        let mut chain = format!(
-            "[[evm_chains]]\nchain_id = 31337\nrpc_urls = [\"{}\"]\ntx_type = \"{}\"\n",
-            signer_proxy.as_ref().map_or(&anvil.url, |p| &p.url),
-            if options.legacy { "legacy" } else { "eip1559" }
-        );
+        let mut chain = signer::Config::default().evm_chains.remove(0);
+        chain.rpc_urls = vec![signer_proxy.as_ref().map_or(&anvil.url, |p| &p.url).clone()];
+        if options.legacy {
+            chain.tx_type = signer::config::TxType::Legacy;
+        }
         if let Some(cap) = options.max_fee_per_gas_gwei {
-            chain.push_str(&format!("max_fee_per_gas_gwei = {cap}\n"));
+            chain.max_fee_per_gas_gwei = cap;
         }
         std::fs::write(path.join("passphrase"), "e2e passphrase\n").unwrap();
 
@@ -232,13 +235,14 @@ impl Stack {
             None => None,
         };
         let send_url = proxy.as_ref().map_or(anvil.url.clone(), |p| p.url.clone());
-        let send_chain = format!("[[evm_chains]]\nchain_id = 31337\nrpc_urls = [\"{send_url}\"]\n");
-        let keys = format!(
-            "keystore_dir = \"{}\"\npassphrase_file = \"{}\"\n",
-            path.join("keys").display(),
-            path.join("passphrase").display()
-        );
-        std::fs::write(path.join("keys.toml"), format!("{keys}{store}{chain}")).unwrap();
+        let keys = signer::Config {
+            keystore_dir: path.join("keys"),
+            passphrase_file: Some(path.join("passphrase")),
+            store: store.clone(),
+            evm_chains: vec![chain],
+            ..Default::default()
+        };
+        std::fs::write(path.join("keys.toml"), config_toml(&keys)).unwrap();
         let import = Command::new(crate::binary("sigcast-signer"))
             .args(["--config"])
             .arg(path.join("keys.toml"))
@@ -281,28 +285,27 @@ impl Stack {
         for _ in 0..options.solana_accounts {
             solana_accounts.push(generate("ed25519"));
         }
-        let cluster_table = |url: Option<&String>| {
-            url.map(|url| {
-                format!("[[solana_clusters]]\ncluster = \"localnet\"\nrpc_urls = [\"{url}\"]\n")
-            })
-            .unwrap_or_default()
-        };
-        let solana_table = options
+        let signer_clusters: Vec<_> = options
             .solana_rpc
-            .as_ref()
-            .map(|url| {
-                format!(
-                    "[[solana_clusters]]\ncluster = \"localnet\"\nrpc_urls = [\"{url}\"]\ncompute_unit_price_micro_lamports = {}\n",
-                    options.solana_compute_unit_price
-                )
+            .iter()
+            .map(|url| signer::config::SolanaClusterConfig {
+                cluster: "localnet".into(),
+                rpc_urls: vec![url.clone()],
+                compute_unit_price_micro_lamports: options.solana_compute_unit_price,
+                genesis_hash: None,
             })
-            .unwrap_or_default();
-        let broadcaster_solana_table = cluster_table(
-            options
-                .solana_broadcaster_rpc
-                .as_ref()
-                .or(options.solana_rpc.as_ref()),
-        );
+            .collect();
+        let broadcaster_clusters: Vec<_> = options
+            .solana_broadcaster_rpc
+            .as_ref()
+            .or(options.solana_rpc.as_ref())
+            .map(|url| broadcaster::config::SolanaClusterConfig {
+                cluster: "localnet".into(),
+                rpc_urls: vec![url.clone()],
+                genesis_hash: None,
+            })
+            .into_iter()
+            .collect();
         assert!(
             import.status.success(),
             "{}",
@@ -310,11 +313,10 @@ impl Stack {
         );
 
         // Spans exported quickly (100 ms batches) to the test's receiver, if any.
-        let tracing_table = options
-            .otlp_endpoint
-            .as_ref()
-            .map(|url| format!("\n[tracing]\notlp_endpoint = \"{url}\"\n"))
-            .unwrap_or_default();
+        let tracing = sigcast_telemetry::TracingConfig {
+            otlp_endpoint: options.otlp_endpoint.clone().unwrap_or_default(),
+            ..Default::default()
+        };
         let telemetry_env: Vec<(String, String)> = if options.otlp_endpoint.is_some() {
             vec![("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into())]
         } else {
@@ -324,7 +326,7 @@ impl Stack {
         let mut metrics_addr = |name: String| {
             let addr = free_addr();
             metrics.push((name, addr));
-            format!("metrics_listen = \"{addr}\"\n")
+            Some(addr)
         };
         let mut signers = Vec::new();
         let mut broadcasters = Vec::new();
@@ -334,13 +336,18 @@ impl Stack {
             let signer_addr = free_addr();
             // The signer API on a Unix socket, callers checked by uid; TCP serves health only.
             let socket = replica_dir.join("signer.sock");
-            let signer_toml = format!(
-                "listen = \"{signer_addr}\"\nunix_socket = \"{}\"\n{}{}{keys}{store}{chain}{solana_table}{}{tracing_table}",
-                socket.display(),
-                metrics_addr(format!("signer-{replica}")),
-                options.signer_settings,
-                options.signer_tables
-            );
+            let signer_config = signer::Config {
+                listen: signer_addr,
+                unix_socket: Some(socket.clone()),
+                metrics_listen: metrics_addr(format!("signer-{replica}")),
+                solana_clusters: signer_clusters.clone(),
+                tracing: tracing.clone(),
+                ..keys.clone()
+            };
+            let signer_toml = config_toml(&with_settings(
+                &signer_config,
+                &format!("{}{}", options.signer_settings, options.signer_tables),
+            ));
             let mut signer_env = options.signer_env.clone();
             signer_env.extend(telemetry_env.clone());
             signers.push(
@@ -354,18 +361,31 @@ impl Stack {
                 .await,
             );
             let broadcaster_addr = free_addr();
-            let broadcaster_toml = format!(
-                "listen = \"{broadcaster_addr}\"\n{}signer_url = \"{}\"\npoll_ms = 100\n\
-                 rpc_timeout_ms = 2000\nrebroadcast_ms = 3000\nfee_bump_after_ms = {}\nconfirmations = {}\n{store}{send_chain}{broadcaster_solana_table}{}{tracing_table}",
-                metrics_addr(format!("broadcaster-{replica}")),
-                options
+            let broadcaster_config = broadcaster::Config {
+                listen: broadcaster_addr,
+                metrics_listen: metrics_addr(format!("broadcaster-{replica}")),
+                signer_url: options
                     .broadcaster_signer_url
                     .clone()
                     .unwrap_or_else(|| format!("unix:{}", socket.display())),
-                options.fee_bump_after_ms,
-                options.confirmations,
-                options.broadcaster_tables
-            );
+                poll_ms: 100,
+                rpc_timeout_ms: 2_000,
+                rebroadcast_ms: 3_000,
+                fee_bump_after_ms: options.fee_bump_after_ms,
+                confirmations: options.confirmations,
+                store: store.clone(),
+                evm_chains: vec![broadcaster::config::EvmChainConfig {
+                    chain_id: 31337,
+                    rpc_urls: vec![send_url.clone()],
+                }],
+                solana_clusters: broadcaster_clusters.clone(),
+                tracing: tracing.clone(),
+                ..Default::default()
+            };
+            let broadcaster_toml = config_toml(&with_settings(
+                &broadcaster_config,
+                &options.broadcaster_tables,
+            ));
             let mut broadcaster_env = options.broadcaster_env.clone();
             broadcaster_env.extend(telemetry_env.clone());
             broadcasters.push(
@@ -380,17 +400,21 @@ impl Stack {
             );
         }
         let gateway_addr = free_addr();
-        let gateway_toml = format!(
-            "listen = \"{gateway_addr}\"\nwatch_poll_ms = 50\n{}{store}{tracing_table}",
-            metrics_addr("gateway".into())
-        );
+        let gateway_config = gateway::Config {
+            listen: gateway_addr,
+            watch_poll_ms: 50,
+            metrics_listen: metrics_addr("gateway".into()),
+            store,
+            tracing,
+            ..Default::default()
+        };
         let mut gateway_env = options.gateway_env.clone();
         gateway_env.extend(telemetry_env);
         let gateway = Service::start_with_env(
             "sigcast-gateway",
             path,
             gateway_addr,
-            &gateway_toml,
+            &config_toml(&gateway_config),
             gateway_env,
         )
         .await;
@@ -414,6 +438,19 @@ impl Stack {
             .path()
             .join(format!("replica-{replica}"))
             .join("signer.sock")
+    }
+
+    /// Lays `settings` (TOML text) over the i-th signer's configuration file, as
+    /// [`with_settings`] does; they take effect at its next start.
+    pub fn add_signer_settings(&self, replica: usize, settings: &str) {
+        let file = self
+            .dir
+            .path()
+            .join(format!("replica-{replica}"))
+            .join("sigcast-signer.toml");
+        let config: signer::Config =
+            toml::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        std::fs::write(&file, config_toml(&with_settings(&config, settings))).unwrap();
     }
 
     /// The metrics address of a process ("gateway", "signer-0", "broadcaster-0").
@@ -449,6 +486,49 @@ impl Stack {
         }
         out
     }
+}
+
+/// A service's configuration file, written from its own `Config` type: a setting the stack
+/// misnames does not compile.
+fn config_toml(config: &impl serde::Serialize) -> String {
+    toml::to_string(config).expect("a service configuration is TOML")
+}
+
+/// `config` with `settings` laid over it: TOML text as an operator writes it (a test's
+/// `[[policies]]`, `[tls]`, …), its tables merged, its arrays of tables appended, its other
+/// values replacing. Read back into the service's own type, so a misspelt setting fails here,
+/// before any process starts.
+fn with_settings<C: serde::Serialize + serde::de::DeserializeOwned>(
+    config: &C,
+    settings: &str,
+) -> C {
+    fn lay(base: &mut toml::Table, over: toml::Table) {
+        for (key, value) in over {
+            match (base.get_mut(&key), value) {
+                (Some(toml::Value::Table(base)), toml::Value::Table(over)) => lay(base, over),
+                (Some(toml::Value::Array(base)), toml::Value::Array(over))
+                    if over.iter().all(toml::Value::is_table) =>
+                {
+                    base.extend(over)
+                }
+                (_, value) => {
+                    base.insert(key, value);
+                }
+            }
+        }
+    }
+    let toml::Value::Table(mut merged) =
+        toml::Value::try_from(config).expect("a service configuration is TOML")
+    else {
+        panic!("a service configuration is a table");
+    };
+    let over: toml::Table = settings
+        .parse()
+        .unwrap_or_else(|e| panic!("settings {settings:?}: {e}"));
+    lay(&mut merged, over);
+    toml::Value::Table(merged)
+        .try_into()
+        .unwrap_or_else(|e| panic!("settings {settings:?}: {e}"))
 }
 
 fn tail(log: &str) -> String {

@@ -10,6 +10,7 @@ mod evm;
 mod exhaustion;
 mod fuzz;
 mod gateway;
+mod image;
 mod keys;
 mod load_generator;
 mod mtls;

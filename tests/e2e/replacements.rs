@@ -480,9 +480,16 @@ async fn a_foreign_transaction_reorged_out_before_the_depth_never_rejects_the_op
     )
     .await
     .unwrap();
+    let outside_receipt = node
+        .read(
+            "eth_getTransactionReceipt",
+            serde_json::json!([outside.to_string()]),
+        )
+        .await
+        .unwrap();
     assert!(
-        node.receipt(outside).await.unwrap().is_none(),
-        "the outside transaction was reorganised out"
+        outside_receipt.is_null(),
+        "the outside transaction was reorganised out: {outside_receipt}"
     );
     node.read("evm_setIntervalMining", serde_json::json!([1]))
         .await

@@ -5,7 +5,8 @@
 //! prune their indexes.
 
 use crate::rpc::parse_receipt;
-use alloy_primitives::{Address, B256, U64};
+use crate::wire;
+use alloy_primitives::{Address, B256};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sigcast_jsonrpc::{Endpoint, RpcError, quantity};
@@ -26,35 +27,16 @@ fn malformed(endpoint: &impl Endpoint, what: &str, value: &Value) -> RpcError {
     }
 }
 
-/// What sigcast reads of a block object.
-#[derive(serde::Deserialize)]
-struct WireBlock {
-    number: U64,
-    hash: B256,
-    /// Hashes, or whole transactions when asked for: read one by one (see [`WireTx`]).
-    #[serde(default)]
-    transactions: Vec<Value>,
-}
-
-/// What sigcast reads of a transaction in a block. Each is read alone, so that a transaction
-/// of a type with other fields (an L2's deposit) leaves the rest of the block readable.
-#[derive(serde::Deserialize)]
-struct WireTx {
-    hash: B256,
-    from: Address,
-    nonce: U64,
-}
-
-fn wire_block(endpoint: &impl Endpoint, value: &Value) -> Result<WireBlock, RpcError> {
-    WireBlock::deserialize(value)
-        .map_err(|_| malformed(endpoint, "a block without number or hash", value))
+fn wire_block(endpoint: &impl Endpoint, value: &Value) -> Result<wire::Block, RpcError> {
+    wire::Block::deserialize(value)
+        .map_err(|error| malformed(endpoint, &format!("a block ({error})"), value))
 }
 
 /// A block's number and hash, from a block object.
 fn block_ref(endpoint: &impl Endpoint, value: &Value) -> Result<BlockRef, RpcError> {
     let block = wire_block(endpoint, value)?;
     Ok(BlockRef {
-        number: block.number.to(),
+        number: block.number,
         hash: block.hash.to_string(),
     })
 }
@@ -217,15 +199,18 @@ async fn in_block(
     };
     let wire = wire_block(endpoint, &value)?;
     let block = BlockRef {
-        number: wire.number.to(),
+        number: wire.number,
         hash: wire.hash.to_string(),
     };
+    // Each transaction read alone: one of a shape not read here (an L2's deposit) leaves the
+    // others readable.
     let found = wire
         .transactions
         .iter()
-        .filter_map(|tx| WireTx::deserialize(tx).ok())
-        .find(|tx| tx.from == account && tx.nonce.to::<u64>() == nonce);
-    let Some(WireTx { hash, .. }) = found else {
+        .flatten()
+        .filter_map(|tx| wire::Tx::deserialize(tx).ok())
+        .find(|tx| tx.from == account && tx.nonce == nonce);
+    let Some(wire::Tx { hash, .. }) = found else {
         return Ok(None);
     };
     let success = endpoint

@@ -10,6 +10,7 @@ mod error;
 pub mod evidence;
 mod rpc;
 mod tx;
+mod wire;
 
 pub use classify::{SendClass, classify_send_error, send_outcome};
 pub use error::{Error, Result, RpcError};

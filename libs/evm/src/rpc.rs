@@ -168,21 +168,29 @@ fn parse_b256(value: &Value) -> Option<B256> {
     value.as_str()?.parse().ok()
 }
 
-/// A receipt as a node serves it: alloy's type, over any transaction type (an L2's deposit
-/// transactions included), so that one unknown type never makes a receipt unreadable.
-type WireReceipt = alloy_rpc_types_eth::TransactionReceipt<
-    alloy_consensus_any::AnyReceiptEnvelope<alloy_rpc_types_eth::Log>,
->;
-
 /// Parses a receipt object. `None` for JSON null (no receipt), for a pending one (no block
-/// yet), and for one that does not parse: none of them is evidence of anything.
+/// yet), for one without an EIP-658 status, and for one that does not parse (logged): none of
+/// them is evidence of anything.
 pub(crate) fn parse_receipt(value: &Value) -> Option<Receipt> {
-    let receipt = <WireReceipt as serde::Deserialize>::deserialize(value).ok()?;
+    if value.is_null() {
+        return None;
+    }
+    let receipt = match <crate::wire::Receipt as serde::Deserialize>::deserialize(value) {
+        Ok(receipt) => receipt,
+        Err(error) => {
+            tracing::warn!(%error, "a receipt that does not parse: not evidence");
+            return None;
+        }
+    };
     Some(Receipt {
         tx_hash: receipt.transaction_hash,
         block_number: receipt.block_number?,
         block_hash: receipt.block_hash?,
-        success: receipt.inner.status(),
+        success: match receipt.status? {
+            0 => false,
+            1 => true,
+            _ => return None,
+        },
     })
 }
 
@@ -258,7 +266,39 @@ mod tests {
     }
 
     #[test]
-    fn a_receipt_of_a_transaction_type_alloy_does_not_know_still_reads() {
+    fn a_receipt_without_an_eip658_status_says_nothing_of_the_outcome() {
+        let mut before_byzantium = reverted_receipt();
+        before_byzantium
+            .as_object_mut()
+            .unwrap()
+            .remove("status")
+            .unwrap();
+        before_byzantium["root"] = json!(format!("0x{}", "ab".repeat(32)));
+        assert_eq!(parse_receipt(&before_byzantium), None);
+        let mut null_status = reverted_receipt();
+        null_status["status"] = Value::Null;
+        assert_eq!(parse_receipt(&null_status), None);
+        let mut other = reverted_receipt();
+        other["status"] = json!("0x2");
+        assert_eq!(parse_receipt(&other), None);
+        let mut decimal = reverted_receipt();
+        decimal["blockNumber"] = json!("436");
+        assert_eq!(parse_receipt(&decimal), None, "a quantity is 0x hex");
+    }
+
+    #[test]
+    fn a_receipt_with_only_the_fields_read_still_reads() {
+        let minimal = json!({
+            "transactionHash": "0x88df016429689c079f3b2f6ad39fa052532c56795b733da78a91ebe6a713944b",
+            "blockNumber": "0x1b4",
+            "blockHash": "0xaf1ee3eb2d7fd4c6d6d2c3a4fb0e2d41d0a6a1f7b3a6ce54dbd4d8bb36f5c0e1",
+            "status": "0x1"
+        });
+        assert!(parse_receipt(&minimal).unwrap().success);
+    }
+
+    #[test]
+    fn a_receipt_of_any_transaction_type_reads() {
         // An OP Stack deposit transaction's receipt (type 0x7e, with its extra fields).
         let mut deposit = reverted_receipt();
         deposit["type"] = json!("0x7e");

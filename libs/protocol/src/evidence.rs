@@ -8,7 +8,7 @@ use std::fmt;
 pub struct BlockRef {
     /// Its number (EVM) or height (Solana).
     pub number: u64,
-    /// Its hash, as the endpoint printed it (0x-hex for EVM).
+    /// Its hash: the lowercase 0x-hex of its 32 bytes.
     pub hash: String,
 }
 

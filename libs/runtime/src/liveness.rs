@@ -20,9 +20,35 @@ pub const CHECK_EVERY: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct Liveness {
     reporter: HealthReporter,
-    /// The parts that reported themselves not alive; held while `""` is set, so that two
-    /// parts reporting at once cannot leave it stale.
-    failing: Arc<tokio::sync::Mutex<BTreeSet<&'static str>>>,
+    /// Held while `""` is set, so that two parts reporting at once cannot leave it stale.
+    state: Arc<tokio::sync::Mutex<State>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The parts that reported themselves not alive.
+    failing: BTreeSet<&'static str>,
+    /// What `""` was last set to by a report: set again only when it changes, so that a
+    /// Health/Watch client hears changes, not every check.
+    reported: Option<ServingStatus>,
+}
+
+/// A watch started by [`Liveness::watch`]; dropping it stops the watch (on every way out of
+/// a service's `run`, errors included).
+#[must_use = "dropping the guard stops the watch"]
+pub struct WatchGuard(tokio::task::JoinHandle<()>);
+
+impl From<tokio::task::JoinHandle<()>> for WatchGuard {
+    /// Any task of the process's own that watches a part.
+    fn from(task: tokio::task::JoinHandle<()>) -> Self {
+        Self(task)
+    }
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Liveness {
@@ -30,36 +56,39 @@ impl Liveness {
     pub fn new(reporter: HealthReporter) -> Self {
         Self {
             reporter,
-            failing: Arc::default(),
+            state: Arc::default(),
         }
     }
 
     /// Records whether `part` is alive, and sets `""` from every part's last report.
     pub async fn report(&self, part: &'static str, alive: bool) {
-        let mut failing = self.failing.lock().await;
+        let mut state = self.state.lock().await;
         if alive {
-            failing.remove(part);
+            state.failing.remove(part);
         } else {
-            failing.insert(part);
+            state.failing.insert(part);
         }
-        let status = if failing.is_empty() {
+        let status = if state.failing.is_empty() {
             ServingStatus::Serving
         } else {
             ServingStatus::NotServing
         };
-        self.reporter.set_service_status("", status).await;
+        if state.reported != Some(status) {
+            self.reporter.set_service_status("", status).await;
+            state.reported = Some(status);
+        }
     }
 
     /// Checks `part` every `every` and reports it, logging each change, until the returned
-    /// task is aborted. The check must not block: it runs on the async runtime.
+    /// guard is dropped. The check must not block: it runs on the async runtime.
     pub fn watch<E: Display>(
         &self,
         part: &'static str,
         every: Duration,
         check: impl Fn() -> Result<(), E> + Send + 'static,
-    ) -> tokio::task::JoinHandle<()> {
+    ) -> WatchGuard {
         let liveness = self.clone();
-        tokio::spawn(async move {
+        WatchGuard(tokio::spawn(async move {
             let mut interval = tokio::time::interval(every);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut was_alive = true;
@@ -82,7 +111,7 @@ impl Liveness {
                 was_alive = alive;
                 liveness.report(part, was_alive).await;
             }
-        })
+        }))
     }
 }
 
@@ -123,6 +152,33 @@ mod tests {
         assert_eq!(status(&server).await, Serving);
     }
 
+    #[tokio::test]
+    async fn a_health_watch_hears_changes_not_every_check() {
+        use health_check_response::ServingStatus::{NotServing, Serving};
+        use tokio_stream::StreamExt;
+        let reporter = HealthReporter::new();
+        let server = tonic_health::server::HealthService::from_health_reporter(reporter.clone());
+        let liveness = Liveness::new(reporter);
+        liveness.report("group_commit", true).await;
+        let request = tonic::Request::new(HealthCheckRequest {
+            service: String::new(),
+        });
+        let mut watch = server.watch(request).await.unwrap().into_inner();
+        let mut next = async || {
+            let answer = tokio::time::timeout(Duration::from_secs(5), watch.next())
+                .await
+                .expect("an answer")
+                .unwrap()
+                .unwrap();
+            health_check_response::ServingStatus::try_from(answer.status).unwrap()
+        };
+        assert_eq!(next().await, Serving);
+        liveness.report("group_commit", true).await;
+        liveness.report("group_commit", true).await;
+        liveness.report("group_commit", false).await;
+        assert_eq!(next().await, NotServing, "no repeated SERVING in between");
+    }
+
     /// Waits until `""` reads `wanted` (the watch checks every few milliseconds here).
     async fn until(health: &impl Health, wanted: health_check_response::ServingStatus) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -157,6 +213,6 @@ mod tests {
         until(&server, NotServing).await;
         healthy.store(true, Ordering::SeqCst);
         until(&server, Serving).await;
-        watch.abort();
+        drop(watch);
     }
 }

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 /// Transaction timeout, after which `on_error` gives up (FoundationDB's error 1031).
-const TIMEOUT_MS: i32 = 30_000;
+const TIMEOUT_MS: i32 = crate::store::FDB_TRANSACTION_TIMEOUT.as_millis() as i32;
 
 static NETWORK: OnceLock<Result<(), String>> = OnceLock::new();
 

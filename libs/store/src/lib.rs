@@ -21,4 +21,4 @@ mod store;
 pub use error::{Error, Result};
 pub use foundationdb_tuple as tuple;
 pub use kv::{KvRead, KvTransaction};
-pub use store::{Backend, FORMAT_VERSION, GROUP_COMMIT_STALL, Store, StoreConfig};
+pub use store::{Backend, FORMAT_VERSION, Store, StoreConfig};

@@ -15,10 +15,8 @@ use tokio::sync::Semaphore;
 /// [`Error::Busy`].
 const RETRY_DEADLINE: Duration = Duration::from_secs(60);
 
-/// How long one transaction of the group-commit thread may run before the thread counts as
-/// stalled (see [`Store::check_group_commit`]): twice the longest a healthy one takes, that is
-/// retrying a busy database until [`RETRY_DEADLINE`].
-pub const GROUP_COMMIT_STALL: Duration = Duration::from_secs(2 * RETRY_DEADLINE.as_secs());
+/// FoundationDB's transaction timeout, retries included (its error 1031 after it).
+pub(crate) const FDB_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Which backend holds the data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,6 +102,9 @@ struct Inner {
     /// When the group-commit thread started the transaction it is running; `None` while it
     /// waits for work.
     group_busy_since: std::sync::Mutex<Option<Instant>>,
+    /// How long one transaction of the group-commit thread may run before the thread counts
+    /// as stalled: twice the longest a healthy one takes on this backend.
+    stall_after: Duration,
 }
 
 struct GroupCommit {
@@ -150,6 +151,11 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Opens the configured backend, creating what is missing.
     pub fn open(config: &StoreConfig) -> Result<Self> {
+        // The longest a healthy transaction takes on this backend.
+        let longest = match config.backend {
+            Backend::Sqlite => RETRY_DEADLINE + Duration::from_millis(config.busy_timeout_ms),
+            Backend::Fdb => FDB_TRANSACTION_TIMEOUT,
+        };
         let engine = match config.backend {
             Backend::Sqlite => Engine::Sqlite(SqliteBackend::open(
                 &config.path,
@@ -180,6 +186,7 @@ impl Store {
                 permits: Semaphore::new(config.max_concurrency.max(1)),
                 group: std::sync::OnceLock::new(),
                 group_busy_since: std::sync::Mutex::new(None),
+                stall_after: 2 * longest,
             }),
         };
         store.migrate()?;
@@ -350,6 +357,20 @@ impl Store {
         take_refusal(self.run_async(body).await, &refusal)
     }
 
+    /// How long one transaction of the group-commit thread may run before
+    /// [`Store::check_group_commit`] calls it stalled: twice the longest a healthy one takes
+    /// (SQLite: retrying a busy database until its deadline, the last attempt waiting the busy
+    /// timeout; FoundationDB: its transaction timeout).
+    pub fn group_commit_stall_after(&self) -> Duration {
+        self.inner.stall_after
+    }
+
+    /// [`Store::check_group_commit`] as a liveness check, at the time it is called.
+    pub fn group_commit_check(&self) -> impl Fn() -> Result<()> + Send + Sync + 'static {
+        let store = self.clone();
+        move || store.check_group_commit(Instant::now())
+    }
+
     fn group_commit(&self) -> &GroupCommit {
         self.inner.group.get_or_init(|| {
             let (queue, receiver) = std::sync::mpsc::channel::<Job>();
@@ -365,9 +386,9 @@ impl Store {
 
     /// Whether the group-commit thread, which commits every grouped transaction of this
     /// process, is alive at `now`: an error when it has ended or has been inside one
-    /// transaction for longer than [`GROUP_COMMIT_STALL`]. Either way the process accepts
-    /// work it will never commit, and only a restart helps: this is what liveness probes
-    /// ask. A thread not started yet (nothing grouped so far) is alive.
+    /// transaction for longer than [`Store::group_commit_stall_after`]. Either way the process
+    /// accepts work it will never commit, and only a restart helps: this is what liveness
+    /// probes ask. A thread not started yet (nothing grouped so far) is alive.
     pub fn check_group_commit(&self, now: Instant) -> Result<()> {
         if self
             .inner
@@ -383,7 +404,7 @@ impl Store {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         match since.map(|since| now.saturating_duration_since(since)) {
-            Some(running) if running > GROUP_COMMIT_STALL => Err(Error::GroupCommitStalled {
+            Some(running) if running > self.inner.stall_after => Err(Error::GroupCommitStalled {
                 seconds: running.as_secs(),
             }),
             _ => Ok(()),
@@ -486,7 +507,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 /// Commits `jobs` in one transaction or, when that fails, each alone, so that one body's
 /// failure fails no other caller.
-fn commit_group(store: &Store, mut jobs: Vec<Job>) {
+fn commit_group(store: &Store, jobs: Vec<Job>) {
     let busy = |running: bool| {
         *store
             .inner
@@ -494,28 +515,37 @@ fn commit_group(store: &Store, mut jobs: Vec<Job>) {
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = running.then(Instant::now);
     };
+    let (mut bodies, answers): (Vec<Body>, Vec<_>) =
+        jobs.into_iter().map(|job| (job.body, job.done)).unzip();
     busy(true);
     let together = store.run(|tx| {
-        for job in jobs.iter_mut() {
-            (job.body)(tx)?;
+        for body in bodies.iter_mut() {
+            body(tx)?;
         }
         Ok(())
     });
     busy(false);
     match together {
         Ok(()) => {
-            for job in jobs {
-                let _ = job.done.send(Ok(()));
+            for done in answers {
+                let _ = done.send(Ok(()));
             }
         }
         // Alone, each body commits or fails on its own.
         Err(_) => {
-            for mut job in jobs {
+            for (body, done) in bodies.iter_mut().zip(answers) {
                 busy(true);
-                let result = store.run(|tx| (job.body)(tx));
+                let result = store.run(|tx| body(tx));
                 busy(false);
-                let _ = job.done.send(result);
+                let _ = done.send(result);
             }
+        }
+    }
+    // Dropped once every caller has its answer, each alone: a value a body held that panics
+    // when dropped must not take another caller's answer (or body) with it.
+    for body in bodies {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(body))).is_err() {
+            tracing::error!("a panic dropping a transaction body, after its caller was answered");
         }
     }
 }

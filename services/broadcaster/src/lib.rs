@@ -30,7 +30,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let store = Store::open(&config.store)?;
-    let group_commit = store.clone();
+    let group_commit = store.group_commit_check();
     let worker = Worker::new(&config, store)?;
     worker.declare_metrics();
     let prober = worker.clone();
@@ -38,9 +38,8 @@ pub async fn run(
     health
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
-    let liveness = Liveness::new(health.clone()).watch("group_commit", CHECK_EVERY, move || {
-        group_commit.check_group_commit(std::time::Instant::now())
-    });
+    let _group_commit_watch =
+        Liveness::new(health.clone()).watch("group_commit", CHECK_EVERY, group_commit);
 
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let poll = config.poll();
@@ -102,7 +101,6 @@ pub async fn run(
     // A pass in progress finishes its current steps; each is a whole store transaction.
     work.await?;
     probing.abort();
-    liveness.abort();
     tracing::info!("broadcaster stopped");
     Ok(())
 }

@@ -55,7 +55,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let store = Store::open(&config.store)?;
-    let group_commit = store.clone();
+    let group_commit = store.group_commit_check();
     declare_metrics();
     let (stop_watches, watches_stopped) = tokio::sync::watch::channel(false);
     let gateway = Gateway::new(
@@ -76,9 +76,8 @@ pub async fn run(
         .set_service_status(grpc::STORE_HEALTH, tonic_health::ServingStatus::Serving)
         .await;
     let gateway = gateway.with_store_health(health.clone());
-    let liveness = Liveness::new(health.clone()).watch("group_commit", CHECK_EVERY, move || {
-        group_commit.check_group_commit(std::time::Instant::now())
-    });
+    let _group_commit_watch =
+        Liveness::new(health.clone()).watch("group_commit", CHECK_EVERY, group_commit);
     let authenticated = config.tls.is_some() || config.mesh.is_some();
     let open = !authenticated && !config.allow_plaintext;
     let gateway = gateway.with_operators(config.operators.clone(), authenticated, open);
@@ -173,7 +172,6 @@ pub async fn run(
         .add_optional_service(operator)
         .add_service(operations);
     serve(router, listener, tls, shutdown).await?;
-    liveness.abort();
     tracing::info!("gateway stopped");
     Ok(())
 }

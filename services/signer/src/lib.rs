@@ -22,7 +22,7 @@ pub use sign::{
 };
 
 use sigcast_proto::sigcast::signer::v1::signer_service_server::SignerServiceServer;
-use sigcast_runtime::liveness::{CHECK_EVERY, Liveness};
+use sigcast_runtime::liveness::{CHECK_EVERY, Liveness, WatchGuard};
 use sigcast_store::Store;
 use std::future::Future;
 use tokio::net::TcpListener;
@@ -78,7 +78,7 @@ pub async fn run(
     tracing::info!(accounts = ?keyring, "keys loaded");
     let token = keyring.token_health();
     let store = Store::open(&config.store)?;
-    let group_commit = store.clone();
+    let group_commit = store.group_commit_check();
     let signer = Signer::new(&config, store, keyring)?;
     signer.check_chains().await?;
     declare_metrics();
@@ -86,11 +86,16 @@ pub async fn run(
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<SignerServiceServer<Signer>>().await;
     let liveness = Liveness::new(health.clone());
-    let group_commit = liveness.watch("group_commit", CHECK_EVERY, move || {
-        group_commit.check_group_commit(std::time::Instant::now())
+    let _group_commit_watch = liveness.watch("group_commit", CHECK_EVERY, group_commit);
+    let _token_watch = token.map(|token| {
+        let check = move || token.check();
+        WatchGuard::from(tokio::spawn(watch_token(
+            check,
+            TOKEN_CHECK_TIMEOUT,
+            health.clone(),
+            liveness.clone(),
+        )))
     });
-    let token_watch =
-        token.map(|token| tokio::spawn(watch_token(token, health.clone(), liveness.clone())));
     let api = tower::Layer::layer(
         &sigcast_telemetry::grpc::GrpcMetricsLayer,
         SignerServiceServer::new(signer),
@@ -157,10 +162,6 @@ pub async fn run(
         }
     }
     let _ = stop.send(true);
-    if let Some(watch) = token_watch {
-        watch.abort();
-    }
-    group_commit.abort();
     while let Some(ended) = futures::StreamExt::next(&mut running).await {
         ended??;
     }
@@ -189,36 +190,56 @@ fn declare_metrics() {
     declare(&m.transitions, &[("state", "SIGNED")]);
 }
 
+/// How long one check of the token may take before the token counts as hung.
+const TOKEN_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Liveness that notices a dead HSM session: every [`CHECK_EVERY`] the token's session is
 /// checked (and opened again if it was lost), and `sigcast.token` says whether the token can
 /// sign. While it cannot, the signer is not alive either (the `token` part of its
 /// [`Liveness`]), so the orchestrator restarts a signer whose token will not come back by
 /// itself (a new process loads the module again) — except after a refused PIN: each restart
-/// would try that PIN again, and enough tries lock it on the token.
+/// would try that PIN again, and enough tries lock it on the token. A check that has not
+/// answered within `timeout` (an HSM that stopped answering) counts as a token that cannot
+/// sign; it is waited for again at the next tick rather than started a second time.
 async fn watch_token(
-    token: token::TokenHealth,
+    check: impl Fn() -> Result<(), token::TokenError> + Clone + Send + 'static,
+    timeout: std::time::Duration,
     health: tonic_health::server::HealthReporter,
     liveness: Liveness,
 ) {
-    let mut interval = tokio::time::interval(CHECK_EVERY);
+    let mut interval = tokio::time::interval(CHECK_EVERY.min(timeout));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut pending: Option<(tokio::task::JoinHandle<_>, std::time::Instant)> = None;
     loop {
         interval.tick().await;
-        let token = token.clone();
-        let checked = tokio::task::spawn_blocking(move || token.check()).await;
+        let (mut running, since) = pending.take().unwrap_or_else(|| {
+            (
+                tokio::task::spawn_blocking(check.clone()),
+                std::time::Instant::now(),
+            )
+        });
+        let left = timeout.saturating_sub(since.elapsed());
         use tonic_health::ServingStatus::{NotServing, Serving};
-        let (token_status, alive) = match checked {
-            Ok(Ok(())) => (Serving, true),
-            Ok(Err(error)) if error.pin_refused() => {
+        let (token_status, alive) = match tokio::time::timeout(left, &mut running).await {
+            Ok(Ok(Ok(()))) => (Serving, true),
+            Ok(Ok(Err(error))) if error.pin_refused() => {
                 tracing::error!(%error, "PKCS#11 token refused the PIN: the signer cannot sign until the PIN is fixed and it is restarted");
                 (NotServing, true)
             }
-            Ok(Err(error)) => {
+            Ok(Ok(Err(error))) => {
                 tracing::error!(%error, "PKCS#11 token cannot sign: reporting not alive");
                 (NotServing, false)
             }
-            Err(error) => {
+            Ok(Err(error)) => {
                 tracing::error!(%error, "checking the PKCS#11 token failed");
+                (NotServing, false)
+            }
+            Err(_) => {
+                tracing::error!(
+                    waited_secs = since.elapsed().as_secs(),
+                    "PKCS#11 token does not answer: reporting not alive"
+                );
+                pending = Some((running, since));
                 (NotServing, false)
             }
         };
@@ -226,5 +247,79 @@ async fn watch_token(
             .set_service_status("sigcast.token", token_status)
             .await;
         liveness.report("token", alive).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tonic_health::pb::health_check_response::ServingStatus as Status;
+    use tonic_health::pb::health_server::Health;
+
+    async fn status_of(health: &impl Health, service: &str) -> Status {
+        let request = tonic::Request::new(tonic_health::pb::HealthCheckRequest {
+            service: service.into(),
+        });
+        let answer = health.check(request).await.unwrap().into_inner();
+        Status::try_from(answer.status).unwrap()
+    }
+
+    /// Waits until `service` reads `wanted`.
+    async fn until(health: &impl Health, service: &str, wanted: Status) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while status_of(health, service).await != wanted {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{service:?} never became {wanted:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_token_that_stops_answering_makes_the_signer_not_alive_until_it_answers() {
+        let reporter = tonic_health::server::HealthReporter::new();
+        let server = tonic_health::server::HealthService::from_health_reporter(reporter.clone());
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::Serving)
+            .await;
+        // A check that hangs, as a call into an HSM that stopped answering does, until let go.
+        let (answer, answered) = std::sync::mpsc::channel::<()>();
+        let answered = Arc::new(std::sync::Mutex::new(answered));
+        let checks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = checks.clone();
+        let check = move || {
+            // The first check hangs; the token answers every later one.
+            if counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                let _ = answered
+                    .lock()
+                    .unwrap()
+                    .recv_timeout(Duration::from_secs(10));
+            }
+            Ok(())
+        };
+        let watch = tokio::spawn(watch_token(
+            check,
+            Duration::from_millis(50),
+            reporter.clone(),
+            Liveness::new(reporter),
+        ));
+        until(&server, "", Status::NotServing).await;
+        assert_eq!(
+            status_of(&server, "sigcast.token").await,
+            Status::NotServing
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            checks.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "a hung check is waited for again, not started a second time"
+        );
+        answer.send(()).unwrap();
+        until(&server, "", Status::Serving).await;
+        until(&server, "sigcast.token", Status::Serving).await;
+        watch.abort();
     }
 }

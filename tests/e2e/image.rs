@@ -29,12 +29,22 @@ fn instructions() -> Vec<String> {
 #[test]
 fn every_download_of_the_image_build_is_verified_before_use() {
     let instructions = instructions();
+    // Downloads go through ADD, each checked in its own stage before anything uses it.
+    for line in &instructions {
+        assert!(
+            !(line.starts_with("RUN") && (line.contains("curl ") || line.contains("wget "))),
+            "a download outside ADD, which nothing here checks: {line}"
+        );
+    }
     let downloads: Vec<(usize, String)> = instructions
         .iter()
         .enumerate()
         .filter_map(|(i, line)| {
             let words: Vec<&str> = line.split_whitespace().collect();
-            (words.first() == Some(&"ADD") && words.iter().any(|w| w.starts_with("https://")))
+            let remote = words
+                .iter()
+                .any(|w| w.starts_with("https://") || w.starts_with("http://"));
+            (words.first() == Some(&"ADD") && remote)
                 .then(|| (i, words.last().unwrap().to_string()))
         })
         .collect();
@@ -43,13 +53,19 @@ fn every_download_of_the_image_build_is_verified_before_use() {
         "the FoundationDB package is downloaded"
     );
     for (at, path) in downloads {
-        let checked = instructions[at + 1..].iter().position(|line| {
+        let stage_end = instructions[at + 1..]
+            .iter()
+            .position(|line| line.starts_with("FROM"))
+            .map_or(instructions.len(), |end| at + 1 + end);
+        let stage = &instructions[at + 1..stage_end];
+        let checked = stage.iter().position(|line| {
             line.starts_with("RUN") && line.contains("sha256sum --check") && line.contains(&path)
         });
-        let used = instructions[at + 1..]
+        let used = stage
             .iter()
             .position(|line| line.contains(&path) && !line.contains("sha256sum"));
-        let checked = checked.unwrap_or_else(|| panic!("{path} is never checked"));
+        let checked = checked
+            .unwrap_or_else(|| panic!("{path} is never checked in the stage that downloads it"));
         assert!(
             used.is_none_or(|used| checked < used),
             "{path} is used before it is checked"

@@ -375,7 +375,7 @@ impl Stack {
                 confirmations: options.confirmations,
                 store: store.clone(),
                 evm_chains: vec![broadcaster::config::EvmChainConfig {
-                    chain_id: 31337,
+                    chain_id: keys.evm_chains[0].chain_id,
                     rpc_urls: vec![send_url.clone()],
                 }],
                 solana_clusters: broadcaster_clusters.clone(),
@@ -507,7 +507,7 @@ fn with_settings<C: serde::Serialize + serde::de::DeserializeOwned>(
             match (base.get_mut(&key), value) {
                 (Some(toml::Value::Table(base)), toml::Value::Table(over)) => lay(base, over),
                 (Some(toml::Value::Array(base)), toml::Value::Array(over))
-                    if over.iter().all(toml::Value::is_table) =>
+                    if !over.is_empty() && over.iter().all(toml::Value::is_table) =>
                 {
                     base.extend(over)
                 }

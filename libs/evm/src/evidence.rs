@@ -34,7 +34,8 @@ fn wire_block(endpoint: &impl Endpoint, value: &Value) -> Result<wire::Block, Rp
 
 /// A block's number and hash, from a block object.
 fn block_ref(endpoint: &impl Endpoint, value: &Value) -> Result<BlockRef, RpcError> {
-    let block = wire_block(endpoint, value)?;
+    let block = wire::BlockHeader::deserialize(value)
+        .map_err(|error| malformed(endpoint, &format!("a block ({error})"), value))?;
     Ok(BlockRef {
         number: block.number,
         hash: block.hash.to_string(),
@@ -118,9 +119,14 @@ pub async fn read_view(
         .as_ref()
         .is_some_and(|l| l.canonical_hash.as_deref() == Some(l.block.hash.as_str()));
     if !canonical && account_nonce.is_some_and(|n| n > nonce) {
-        // No receipt, or one from a block no longer canonical here: look for what used the
-        // nonce in the canonical chain.
-        if let Ok(Some(user)) = find_user(endpoint, account, nonce, head.number).await {
+        // No receipt, or one from a block no longer canonical here: what used the nonce in
+        // the canonical chain? Most often one of ours whose receipt the node has not indexed
+        // yet (state shows first): asked by hash, that costs a request per attempt; the search
+        // of the blocks (a whole block of transactions read) is left for when it is not.
+        let ours = included(endpoint, account, nonce, attempts).await;
+        if let Some(user) = ours {
+            landed = Some(user);
+        } else if let Ok(Some(user)) = find_user(endpoint, account, nonce, head.number).await {
             landed = Some(user);
         }
     }
@@ -130,6 +136,51 @@ pub async fn read_view(
         account_nonce,
         landed,
     })
+}
+
+/// The first of `attempts` the endpoint shows, by hash, in a block of its canonical chain (as
+/// the account's transaction at `nonce`); its receipt is not read here.
+async fn included(
+    endpoint: &impl Endpoint,
+    account: Address,
+    nonce: u64,
+    attempts: &[B256],
+) -> Option<EvmLanded> {
+    for hash in attempts {
+        let Ok(value) = endpoint
+            .request("eth_getTransactionByHash", json!([hash.to_string()]))
+            .await
+        else {
+            continue;
+        };
+        let Ok(tx) = wire::IncludedTx::deserialize(&value) else {
+            continue;
+        };
+        let (Some(number), Some(block_hash)) = (tx.block_number, tx.block_hash) else {
+            continue; // pending
+        };
+        if tx.hash != *hash || tx.from != account || tx.nonce != nonce {
+            continue;
+        }
+        let canonical = block(endpoint, number, false)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|b| block_ref(endpoint, &b).ok());
+        let block = BlockRef {
+            number,
+            hash: block_hash.to_string(),
+        };
+        if canonical.as_ref().is_some_and(|c| c.hash == block.hash) {
+            return Some(EvmLanded {
+                tx: hash.to_string(),
+                canonical_hash: Some(block.hash.clone()),
+                block,
+                success: None,
+            });
+        }
+    }
+    None
 }
 
 /// The transaction of `account` at `nonce` in the endpoint's canonical chain up to `head`:
@@ -242,4 +293,81 @@ async fn scan(
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    const ACCOUNT: &str = "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266";
+
+    fn block_hash(number: u64) -> String {
+        format!("0x{number:064x}")
+    }
+
+    /// A node at block 10 whose account nonce is 6: block 7 holds nonce 5, ours, which it
+    /// indexes by hash but has no receipt for yet. Records every request.
+    struct StateBeforeReceipts {
+        ours: B256,
+        asked: Mutex<Vec<String>>,
+    }
+
+    impl Endpoint for StateBeforeReceipts {
+        fn label(&self) -> &str {
+            "http://node:8545"
+        }
+
+        async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+            self.asked.lock().unwrap().push(format!("{method}{params}"));
+            let number = |tag: &Value| match tag.as_str() {
+                Some("latest") => 10,
+                Some(hex) => u64::from_str_radix(&hex[2..], 16).unwrap(),
+                None => unreachable!(),
+            };
+            Ok(match method {
+                "eth_getBlockByNumber" => {
+                    let n = number(&params[0]);
+                    json!({"number": hex(n), "hash": block_hash(n), "transactions": []})
+                }
+                "eth_getTransactionCount" => {
+                    json!(hex(if number(&params[1]) >= 7 { 6 } else { 5 }))
+                }
+                "eth_getTransactionReceipt" => Value::Null,
+                "eth_getTransactionByHash" => json!({
+                    "hash": self.ours.to_string(), "from": ACCOUNT, "nonce": "0x5",
+                    "blockNumber": hex(7), "blockHash": block_hash(7)
+                }),
+                other => unreachable!("{other}"),
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn ours_found_by_hash_before_its_receipt_spares_reading_whole_blocks() {
+        let ours: B256 = format!("0x{}", "ab".repeat(32)).parse().unwrap();
+        let node = StateBeforeReceipts {
+            ours,
+            asked: Mutex::default(),
+        };
+        let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours])
+            .await
+            .unwrap();
+        let landed = view.landed.expect("ours, in block 7");
+        assert_eq!(landed.tx, ours.to_string());
+        assert_eq!(landed.block.number, 7);
+        assert_eq!(
+            landed.canonical_hash.as_deref(),
+            Some(block_hash(7).as_str())
+        );
+        assert_eq!(
+            landed.success, None,
+            "no receipt read: nothing settles on it"
+        );
+        let asked = node.asked.lock().unwrap();
+        assert!(
+            !asked.iter().any(|a| a.ends_with(",true]")),
+            "no whole block read: {asked:?}"
+        );
+    }
 }

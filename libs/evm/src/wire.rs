@@ -42,7 +42,15 @@ pub(crate) struct Receipt {
     pub(crate) status: Option<u64>,
 }
 
-/// A block.
+/// A block's header, as far as evidence needs it (its transactions, if listed, not copied).
+#[derive(Debug, Deserialize)]
+pub(crate) struct BlockHeader {
+    #[serde(deserialize_with = "quantity")]
+    pub(crate) number: u64,
+    pub(crate) hash: B256,
+}
+
+/// A block with its transactions.
 #[derive(Debug, Deserialize)]
 pub(crate) struct Block {
     #[serde(deserialize_with = "quantity")]
@@ -51,6 +59,21 @@ pub(crate) struct Block {
     /// Hashes, or whole transactions when asked for: each read alone (see [`Tx`]).
     #[serde(default)]
     pub(crate) transactions: Option<Vec<Value>>,
+}
+
+/// A transaction asked for by hash (`eth_getTransactionByHash`); its block is null while it
+/// is pending.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct IncludedTx {
+    pub(crate) hash: B256,
+    pub(crate) from: Address,
+    #[serde(deserialize_with = "quantity")]
+    pub(crate) nonce: u64,
+    #[serde(default, deserialize_with = "optional_quantity")]
+    pub(crate) block_number: Option<u64>,
+    #[serde(default)]
+    pub(crate) block_hash: Option<B256>,
 }
 
 /// A transaction of a block, as far as finding who used a nonce needs.

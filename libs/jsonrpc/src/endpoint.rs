@@ -109,11 +109,69 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
         {
             return Ok(value.clone());
         }
-        let value = self.inner.request(method, params).await?;
+        // A block asked for without its transactions is read for its header; the hashes it
+        // lists (a thousand at a thousand transactions a block) would be copied with every
+        // answer from the cache, once per operation checked, and read by none.
+        let header_only = method == "eth_getBlockByNumber"
+            && params.get(1).and_then(Value::as_bool) == Some(false);
+        let mut value = self.inner.request(method, params).await?;
+        if header_only && let Some(block) = value.as_object_mut() {
+            block.remove("transactions");
+        }
         self.answers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(key, (std::time::Instant::now(), value.clone()));
         Ok(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A node that answers every block with two transactions, counting what it is asked.
+    struct Node(Mutex<usize>);
+
+    impl Endpoint for Node {
+        fn label(&self) -> &str {
+            "http://node:8545"
+        }
+
+        async fn request(&self, _method: &str, params: Value) -> Result<Value, RpcError> {
+            *self.0.lock().unwrap() += 1;
+            let full = params[1].as_bool().unwrap();
+            let tx = |n: u64| {
+                if full {
+                    json!({"nonce": n})
+                } else {
+                    json!(format!("0x{n}"))
+                }
+            };
+            Ok(json!({"number": params[0], "hash": "0xb1", "transactions": [tx(1), tx(2)]}))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_block_read_for_its_header_is_kept_and_answered_without_its_transactions() {
+        let cache = PassCache::new(Node(Mutex::new(0)));
+        for _ in 0..2 {
+            let header = cache
+                .request("eth_getBlockByNumber", json!(["0x5", false]))
+                .await
+                .unwrap();
+            assert_eq!(header, json!({"number": "0x5", "hash": "0xb1"}));
+        }
+        assert_eq!(
+            *cache.inner.0.lock().unwrap(),
+            1,
+            "the second from the cache"
+        );
+        let full = cache
+            .request("eth_getBlockByNumber", json!(["0x5", true]))
+            .await
+            .unwrap();
+        assert_eq!(full["transactions"].as_array().unwrap().len(), 2);
     }
 }

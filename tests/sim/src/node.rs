@@ -185,6 +185,30 @@ impl NodeState {
                     "status": "0x1",
                 }))
             }
+            "eth_getTransactionByHash" => {
+                // Indexed with the block, ahead of receipts on a node that shows state before
+                // receipts; forgotten where receipts are pruned.
+                let hash = params[0].as_str().ok_or("bad hash")?.to_ascii_lowercase();
+                let Some(&(number, index)) = self.receipts.get(&hash) else {
+                    return Ok(Value::Null);
+                };
+                let pruned = self
+                    .faults
+                    .receipts_kept
+                    .is_some_and(|kept| number + kept < head);
+                if number > head || pruned {
+                    return Ok(Value::Null);
+                }
+                let block = &self.blocks[number as usize];
+                let tx = &block.txs[index];
+                Ok(json!({
+                    "hash": hash,
+                    "from": format!("{:#x}", tx.from),
+                    "nonce": format!("0x{:x}", tx.nonce),
+                    "blockNumber": format!("0x{number:x}"),
+                    "blockHash": block.hash,
+                }))
+            }
             other => Err(format!("the method {other} does not exist")),
         }
     }

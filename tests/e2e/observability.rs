@@ -452,7 +452,7 @@ fn parse_metrics(text: &str, args: &[&str]) -> Value {
 }
 
 /// A service's samples: `{"name{labels}": value}`.
-async fn scrape(addr: std::net::SocketAddr) -> HashMap<String, f64> {
+pub(crate) async fn scrape(addr: std::net::SocketAddr) -> HashMap<String, f64> {
     serde_json::from_value(parse_metrics(&metrics_text(addr).await, &[])).unwrap()
 }
 
@@ -588,7 +588,7 @@ fn dechunk(mut body: &str) -> String {
 
 /// The sum of the samples named `name` whose labels contain every one of `labels`; a series
 /// with no such sample fails the test (a missing series is not a zero).
-fn total(samples: &HashMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
+pub(crate) fn total(samples: &HashMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
     let matching: Vec<f64> = samples
         .iter()
         .filter(|(key, _)| key.starts_with(&format!("{name}{{")))
@@ -603,7 +603,7 @@ fn total(samples: &HashMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
 }
 
 /// As `total`, for a series that may rightly have no sample yet (a counter nothing bumped).
-fn total_or_zero(samples: &HashMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
+pub(crate) fn total_or_zero(samples: &HashMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
     samples
         .iter()
         .filter(|(key, _)| key.starts_with(&format!("{name}{{")))

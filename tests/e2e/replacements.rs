@@ -71,6 +71,52 @@ fn accepted(op: &pb::Operation, reason: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operation_waiting_for_its_block_is_read_at_most_once_per_check_period() {
+    use crate::observability::{scrape, total, total_or_zero};
+    // The stack's broadcaster passes every 100 ms; an operation's chain state is read again
+    // only after check_after (500 ms), as after a send.
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        ..Default::default()
+    })
+    .await;
+    let node = node(&stack).await;
+    pause_mining(&node).await;
+    stack
+        .client()
+        .await
+        .submit_operation(transfer("waiting", DEV[0], &recipient(0), 1))
+        .await
+        .unwrap();
+    wait_for(&stack, "waiting", "sent", |op| {
+        op.state() == pb::OperationState::Sent
+    })
+    .await;
+    let broadcaster = stack.metrics_addr("broadcaster-0");
+    let method = ["method=\"eth_getTransactionReceipt\""];
+    // None may have been read yet; after 5 s, some must have been.
+    let before = total_or_zero(
+        &scrape(broadcaster).await,
+        "sigcast_rpc_requests_total",
+        &method,
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = total(
+        &scrape(broadcaster).await,
+        "sigcast_rpc_requests_total",
+        &method,
+    );
+    let read = after - before;
+    assert!(
+        (3.0..=12.0).contains(&read),
+        "{read} receipt reads in 5 s: one every 500 ms is 10, one every pass 50"
+    );
+    mine(&node).await;
+    let done = wait_terminal(&stack, &["waiting".into()], Duration::from_secs(60)).await;
+    assert_eq!(done["waiting"].state(), pb::OperationState::Confirmed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fee_bump_replaces_a_stuck_transaction_and_exactly_one_lands() {
     let stack = Stack::start(StackOptions {
         accounts: 1,

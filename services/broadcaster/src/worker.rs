@@ -48,6 +48,11 @@ pub struct Worker {
     concurrency: usize,
     work: Arc<WorkList>,
     swept: Arc<std::sync::Mutex<Option<Instant>>>,
+    /// When each SENT operation's chain state was last read: read again only after
+    /// `check_after`, as after a send. Without it every pass (every `poll_ms`) read every
+    /// operation waiting for its block, and those reads, not the sends, were most of the
+    /// node's work. Only paces reads: lost with the process, the next pass reads at once.
+    read_at: Arc<std::sync::Mutex<HashMap<String, Instant>>>,
     /// The time every decision and record is made with: steps of the system clock while
     /// running move nothing (see `sigcast_runtime::clock`).
     clock: SteadyClock,
@@ -81,6 +86,7 @@ impl Worker {
             concurrency: config.concurrency,
             work: Arc::default(),
             swept: Arc::default(),
+            read_at: Arc::default(),
             clock: SteadyClock::start(),
         })
     }
@@ -318,6 +324,15 @@ impl Worker {
     /// SENT → CONFIRMED | REJECTED | CANCELLED, or a resend, replacement or re-sign.
     async fn check_stage(&self) -> anyhow::Result<()> {
         let sent = self.take(pb::OperationState::Sent).await?;
+        {
+            // Forget the operations no longer SENT (or no longer this replica's to take).
+            let taken: std::collections::HashSet<&str> =
+                sent.iter().map(|op| op.op_id.as_str()).collect();
+            self.read_at
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|op_id, _| taken.contains(op_id.as_str()));
+        }
         // Each endpoint's head, blocks and state at a block are read once per pass.
         let endpoints: HashMap<&str, _> = self
             .chains
@@ -373,8 +388,23 @@ impl Worker {
         let Some(chain) = self.chains.get(&op.chain) else {
             return;
         };
+        let read_recently = self
+            .read_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&op.op_id)
+            .is_some_and(|at| at.elapsed() < self.rules.check_after);
+        if read_recently {
+            return;
+        }
         let mut evidence = Evidence::None;
         let mut action = decide(&op, &evidence, self.clock.now(), &self.rules);
+        if matches!(action, Action::ReadMore(_)) {
+            self.read_at
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(op.op_id.clone(), Instant::now());
+        }
         let mut next = endpoints.iter();
         while let Action::ReadMore(_) = action {
             let Some(endpoint) = next.next() else { break };

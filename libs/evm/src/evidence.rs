@@ -123,9 +123,16 @@ pub async fn read_view(
         // the canonical chain? Most often one of ours whose receipt the node has not indexed
         // yet (state shows first): asked by hash, that costs a request per attempt; the search
         // of the blocks (a whole block of transactions read) is left for when it is not.
-        let ours = included(endpoint, account, nonce, attempts).await;
-        if let Some(user) = ours {
-            landed = Some(user);
+        if let Some(mut ours) = included(endpoint, account, nonce, attempts).await {
+            // A receipt read above for this very inclusion (its header unreadable then) still
+            // says how it executed.
+            if let Some(seen) = landed
+                .as_ref()
+                .filter(|l| l.tx == ours.tx && l.block == ours.block)
+            {
+                ours.success = seen.success;
+            }
+            landed = Some(ours);
         } else if let Ok(Some(user)) = find_user(endpoint, account, nonce, head.number).await {
             landed = Some(user);
         }
@@ -306,10 +313,12 @@ mod tests {
         format!("0x{number:064x}")
     }
 
-    /// A node at block 10 whose account nonce is 6: block 7 holds nonce 5, ours, which it
-    /// indexes by hash but has no receipt for yet. Records every request.
+    /// A node at block 10 whose account nonce is 6, the nonce passing 5 in block 7; it has no
+    /// receipt yet. Asked by hash for ours, it answers `by_hash`; block 7 itself holds
+    /// `in_block_7` at nonce 5. Records every request.
     struct StateBeforeReceipts {
-        ours: B256,
+        by_hash: Value,
+        in_block_7: B256,
         asked: Mutex<Vec<String>>,
     }
 
@@ -328,26 +337,40 @@ mod tests {
             Ok(match method {
                 "eth_getBlockByNumber" => {
                     let n = number(&params[0]);
-                    json!({"number": hex(n), "hash": block_hash(n), "transactions": []})
+                    let txs = if n == 7 && params[1] == json!(true) {
+                        json!([{"hash": self.in_block_7.to_string(), "from": ACCOUNT, "nonce": "0x5"}])
+                    } else {
+                        json!([])
+                    };
+                    json!({"number": hex(n), "hash": block_hash(n), "transactions": txs})
                 }
                 "eth_getTransactionCount" => {
                     json!(hex(if number(&params[1]) >= 7 { 6 } else { 5 }))
                 }
                 "eth_getTransactionReceipt" => Value::Null,
-                "eth_getTransactionByHash" => json!({
-                    "hash": self.ours.to_string(), "from": ACCOUNT, "nonce": "0x5",
-                    "blockNumber": hex(7), "blockHash": block_hash(7)
-                }),
+                "eth_getTransactionByHash" => self.by_hash.clone(),
                 other => unreachable!("{other}"),
             })
         }
     }
 
+    fn by_hash(tx: B256, nonce: &str, block: &str) -> Value {
+        json!({
+            "hash": tx.to_string(), "from": ACCOUNT, "nonce": nonce,
+            "blockNumber": hex(7), "blockHash": block
+        })
+    }
+
+    fn tx(byte: &str) -> B256 {
+        format!("0x{}", byte.repeat(32)).parse().unwrap()
+    }
+
     #[tokio::test]
     async fn ours_found_by_hash_before_its_receipt_spares_reading_whole_blocks() {
-        let ours: B256 = format!("0x{}", "ab".repeat(32)).parse().unwrap();
+        let ours = tx("ab");
         let node = StateBeforeReceipts {
-            ours,
+            by_hash: by_hash(ours, "0x5", &block_hash(7)),
+            in_block_7: ours,
             asked: Mutex::default(),
         };
         let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours])
@@ -369,5 +392,37 @@ mod tests {
             !asked.iter().any(|a| a.ends_with(",true]")),
             "no whole block read: {asked:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn an_answer_by_hash_that_does_not_hold_leaves_the_search_to_find_the_nonce_s_user() {
+        let (ours, foreign) = (tx("ab"), tx("cd"));
+        for (case, answer) in [
+            (
+                "a block no longer canonical",
+                by_hash(ours, "0x5", &format!("0x{}", "ee".repeat(32))),
+            ),
+            (
+                "pending",
+                json!({"hash": ours.to_string(), "from": ACCOUNT, "nonce": "0x5", "blockNumber": null, "blockHash": null}),
+            ),
+            ("another nonce", by_hash(ours, "0x4", &block_hash(7))),
+            ("unknown", Value::Null),
+            (
+                "another transaction",
+                by_hash(tx("99"), "0x5", &block_hash(7)),
+            ),
+        ] {
+            let node = StateBeforeReceipts {
+                by_hash: answer,
+                in_block_7: foreign,
+                asked: Mutex::default(),
+            };
+            let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours])
+                .await
+                .unwrap();
+            let landed = view.landed.expect("the nonce's user, found in block 7");
+            assert_eq!(landed.tx, foreign.to_string(), "{case}");
+        }
     }
 }

@@ -187,7 +187,9 @@ impl NodeState {
             }
             "eth_getTransactionByHash" => {
                 // Indexed with the block, ahead of receipts on a node that shows state before
-                // receipts; forgotten where receipts are pruned.
+                // receipts — except on one whose receipts are pruned too, where the index lags
+                // with them (so that the search of blocks runs for our own transactions);
+                // forgotten where receipts are pruned.
                 let hash = params[0].as_str().ok_or("bad hash")?.to_ascii_lowercase();
                 let Some(&(number, index)) = self.receipts.get(&hash) else {
                     return Ok(Value::Null);
@@ -196,7 +198,9 @@ impl NodeState {
                     .faults
                     .receipts_kept
                     .is_some_and(|kept| number + kept < head);
-                if number > head || pruned {
+                let behind = self.faults.receipts_kept.is_some()
+                    && number + self.faults.receipts_behind_state > head;
+                if behind || pruned {
                     return Ok(Value::Null);
                 }
                 let block = &self.blocks[number as usize];

@@ -10,6 +10,9 @@
 //!
 //! and prints one table: submit latency p50/p99, time to SENT and to CONFIRMED, mined
 //! throughput of each and their ratio, replay vs health p50, each service's peak RSS.
+//! `--chain solana` does the same with SOL transfers on the Solana development node (litesvm
+//! behind Solana JSON-RPC, a slot every 400 ms, run inside this process): the baseline signs
+//! them with ed25519-dalek over a recent blockhash and sends each once.
 //! `--watches W` measures something else: the gateway's memory (resident set) with W watch
 //! streams open on operations that stay in flight, during a flood of `--lists L` full-page
 //! ListOperations calls, and after the watches close; and that one watch past the per-caller
@@ -24,13 +27,20 @@ use alloy_signer_local::PrivateKeySigner;
 use futures::StreamExt;
 use serde_json::json;
 use sigcast_domain::{EvmAddress, EvmTransfer, Intent, Wei};
-use sigcast_e2e::{Stack, StackOptions};
+use sigcast_e2e::{SolanaNode, Stack, StackOptions};
 use sigcast_evm::{EvmRpc, RpcPool, TxParams, build_transaction};
 use sigcast_proto::pb;
 use sigcast_proto::sigcast::v1::operation_service_client::OperationServiceClient;
 use std::time::{Duration, Instant, SystemTime};
 
+#[derive(Clone, Copy, PartialEq)]
+enum ChainKind {
+    Evm,
+    Solana,
+}
+
 struct Args {
+    chain: ChainKind,
     ops: usize,
     accounts: usize,
     concurrency: usize,
@@ -41,12 +51,13 @@ struct Args {
     lists: usize,
 }
 
-const USAGE: &str = "usage: sigcast-bench [--ops N (2000)] [--accounts K (4)] \
+const USAGE: &str = "usage: sigcast-bench [--chain evm|solana (evm)] [--ops N (2000)] [--accounts K (4)] \
 [--concurrency C (64)] [--baseline direct|none (direct)] [--replays R (500)] \
 [--stall-secs S (60)] | --watches W [--lists L (1000)]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
+        chain: ChainKind::Evm,
         ops: 2_000,
         accounts: 4,
         concurrency: 64,
@@ -76,6 +87,13 @@ fn parse_args() -> Result<Args, String> {
             "--watches" => args.watches = number()?,
             "--lists" => args.lists = number()?,
             "--stall-secs" => args.stall = Duration::from_secs(number()?.max(1) as u64),
+            "--chain" => {
+                args.chain = match value.as_str() {
+                    "evm" => ChainKind::Evm,
+                    "solana" => ChainKind::Solana,
+                    _ => return Err(format!("--chain: evm or solana, not {value}")),
+                }
+            }
             "--baseline" => {
                 args.baseline = match value.as_str() {
                     "direct" => true,
@@ -227,18 +245,101 @@ async fn direct_baseline(url: &str, args: &Args) -> f64 {
     args.ops as f64 / started.elapsed().as_secs_f64()
 }
 
-fn transfer(op_id: &str, from: &str, i: usize) -> pb::SubmitOperationRequest {
+fn transfer(chain: ChainKind, op_id: &str, from: &str, i: usize) -> pb::SubmitOperationRequest {
+    let kind = match chain {
+        ChainKind::Evm => pb::intent::Kind::EvmTransfer(pb::EvmTransfer {
+            chain_id: 31337,
+            from: from.into(),
+            to: recipient(i),
+            value_wei: (1_000 + i).to_string(),
+        }),
+        // To the sender's own funded recipient: a new account would need the rent-exempt
+        // minimum, far more than these amounts.
+        ChainKind::Solana => pb::intent::Kind::SolanaTransfer(pb::SolanaTransfer {
+            cluster: "localnet".into(),
+            from: from.into(),
+            to: solana_recipient(from),
+            lamports: (1_000 + i).to_string(),
+        }),
+    };
     pb::SubmitOperationRequest {
         op_id: op_id.into(),
-        intent: Some(pb::Intent {
-            kind: Some(pb::intent::Kind::EvmTransfer(pb::EvmTransfer {
-                chain_id: 31337,
-                from: from.into(),
-                to: recipient(i),
-                value_wei: (1_000 + i).to_string(),
-            })),
-        }),
+        intent: Some(pb::Intent { kind: Some(kind) }),
     }
+}
+
+/// The account a Solana sender's transfers go to: the sender's key with its first and last
+/// bytes flipped (an address of nobody's key, one per sender), funded first.
+fn solana_recipient(from: &str) -> String {
+    let mut key = key_bytes(from);
+    key[0] ^= 0xff;
+    key[31] ^= 0xff;
+    bs58::encode(key).into_string()
+}
+
+fn key_bytes(account: &str) -> [u8; 32] {
+    bs58::decode(account)
+        .into_vec()
+        .expect("base58")
+        .try_into()
+        .expect("32 bytes")
+}
+
+/// Lamports every Solana sender and recipient gets before the run.
+const SOL: u64 = 1_000_000_000;
+
+/// The ceiling on Solana: ed25519-dalek signs SOL transfers of K fresh keys over a recent
+/// blockhash, each sent once to the node, nothing persisted; then waits until every signature
+/// has a status. Returns landed tx/s.
+async fn solana_baseline(node: &SolanaNode, args: &Args) -> f64 {
+    use sigcast_solana::{Lifetime, SolanaRpc, assemble, message_bytes, transfer_message};
+    let rpc = SolanaRpc::new(std::slice::from_ref(&node.url), Duration::from_secs(10)).unwrap();
+    let keys: Vec<ed25519_dalek::SigningKey> = (0..args.accounts)
+        .map(|_| ed25519_dalek::SigningKey::from_bytes(&rand::random()))
+        .collect();
+    for key in &keys {
+        let account = key.verifying_key().to_bytes();
+        node.airdrop(account, 100 * SOL);
+        let from = bs58::encode(account).into_string();
+        node.airdrop(key_bytes(&solana_recipient(&from)), SOL);
+    }
+    let started = Instant::now();
+    let blockhash = rpc.latest_blockhash().await.expect("a blockhash").hash;
+    let signatures: Vec<String> = futures::stream::iter(0..args.ops)
+        .map(|i| {
+            let (rpc, key) = (&rpc, &keys[i % args.accounts]);
+            async move {
+                let from = bs58::encode(key.verifying_key().to_bytes()).into_string();
+                let transfer = sigcast_domain::SolanaTransfer {
+                    cluster: "localnet".into(),
+                    from: sigcast_domain::SolanaPubkey::parse(&from).unwrap(),
+                    to: sigcast_domain::SolanaPubkey::parse(&solana_recipient(&from)).unwrap(),
+                    lamports: sigcast_domain::Lamports(1_000 + i as u64),
+                };
+                let message = transfer_message(&transfer, &Lifetime::Blockhash(blockhash), 0);
+                let signature = ed25519_dalek::Signer::sign(key, &message_bytes(&message));
+                let transaction = assemble(message, &[signature.to_bytes()]);
+                let wire = sigcast_solana::wire_bytes(&transaction);
+                let _ = rpc.send_transaction(&wire).await;
+                bs58::encode(signature.to_bytes()).into_string()
+            }
+        })
+        .buffer_unordered(args.concurrency)
+        .collect()
+        .await;
+    loop {
+        let mut landed = 0;
+        for chunk in signatures.chunks(256) {
+            let statuses = rpc.statuses(chunk).await.unwrap_or_default();
+            landed += statuses.iter().filter(|s| s.is_some()).count();
+        }
+        progress("baseline", landed, args.ops, started);
+        if landed >= args.ops {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    args.ops as f64 / started.elapsed().as_secs_f64()
 }
 
 fn since(
@@ -450,28 +551,53 @@ async fn gateway_memory(args: Args) -> Result<(), String> {
 
 async fn run(args: Args) -> Result<(), String> {
     eprintln!(
-        "starting anvil and the stack ({} generated keys)…",
+        "starting the node and the stack ({} generated keys)…",
         args.accounts
     );
-    let stack = Stack::start(StackOptions {
-        accounts: 0,
-        generated_evm_keys: args.accounts,
-        ..Default::default()
+    // The Solana development node, in this process, when the run is on Solana.
+    let solana = match args.chain {
+        ChainKind::Solana => Some(SolanaNode::start(Duration::from_millis(400)).await),
+        ChainKind::Evm => None,
+    };
+    let stack = Stack::start(match &solana {
+        None => StackOptions {
+            accounts: 0,
+            generated_evm_keys: args.accounts,
+            ..Default::default()
+        },
+        Some(node) => StackOptions {
+            accounts: 1,
+            solana_rpc: Some(node.url.clone()),
+            solana_accounts: args.accounts,
+            ..Default::default()
+        },
     })
     .await;
-    let pool = RpcPool::new(
-        std::slice::from_ref(&stack.anvil.url),
-        Duration::from_secs(10),
-    )
-    .unwrap();
-    for account in &stack.evm_accounts {
-        fund(&pool, account).await;
-    }
+    let senders: Vec<String> = match &solana {
+        None => {
+            let pool = RpcPool::new(
+                std::slice::from_ref(&stack.anvil.url),
+                Duration::from_secs(10),
+            )
+            .unwrap();
+            for account in &stack.evm_accounts {
+                fund(&pool, account).await;
+            }
+            stack.evm_accounts.clone()
+        }
+        Some(node) => {
+            for account in &stack.solana_accounts {
+                node.airdrop(key_bytes(account), 100 * SOL);
+                node.airdrop(key_bytes(&solana_recipient(account)), SOL);
+            }
+            stack.solana_accounts.clone()
+        }
+    };
 
-    let baseline = if args.baseline {
-        Some(direct_baseline(&stack.anvil.url, &args).await)
-    } else {
-        None
+    let baseline = match (&solana, args.baseline) {
+        (_, false) => None,
+        (None, true) => Some(direct_baseline(&stack.anvil.url, &args).await),
+        (Some(node), true) => Some(solana_baseline(node, &args).await),
     };
 
     // sigcast: submit everything at concurrency C, then wait for every confirmation.
@@ -482,12 +608,12 @@ async fn run(args: Args) -> Result<(), String> {
     let mut submit_latency: Vec<Duration> = futures::stream::iter(ids.iter().enumerate())
         .map(|(i, id)| {
             let mut client = client.clone();
-            let from = stack.evm_accounts[i % args.accounts].clone();
+            let from = senders[i % args.accounts].clone();
             let submitted = &submitted;
             async move {
                 let t = Instant::now();
                 client
-                    .submit_operation(transfer(id, &from, i))
+                    .submit_operation(transfer(args.chain, id, &from, i))
                     .await
                     .expect("submit");
                 let n = submitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
@@ -610,7 +736,7 @@ async fn run(args: Args) -> Result<(), String> {
         let t = Instant::now();
         let replayed = client
             .clone()
-            .submit_operation(transfer(id, &stack.evm_accounts[i % args.accounts], i))
+            .submit_operation(transfer(args.chain, id, &senders[i % args.accounts], i))
             .await
             .unwrap()
             .into_inner()

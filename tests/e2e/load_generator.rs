@@ -3,7 +3,17 @@
 
 #[test]
 fn the_load_generator_runs_a_small_load_and_reports_its_ratios() {
+    run_small_load(&[]);
+}
+
+#[test]
+fn the_load_generator_runs_a_small_load_on_solana_and_reports_its_ratios() {
+    run_small_load(&["--chain", "solana"]);
+}
+
+fn run_small_load(chain: &[&str]) {
     let output = std::process::Command::new(sigcast_e2e::binary("sigcast-bench"))
+        .args(chain)
         .args([
             "--ops",
             "40",

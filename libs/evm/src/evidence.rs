@@ -12,6 +12,10 @@ use serde_json::{Value, json};
 use sigcast_jsonrpc::{Endpoint, RpcError, quantity};
 use sigcast_protocol::{BlockRef, EvmLanded, EvmView};
 
+/// Blocks below the head past which a transaction the node indexes by hash, without its
+/// receipt, is no longer taken for a receipt on its way: its block is searched instead.
+const RECEIPT_LAG_LIMIT: u64 = 64;
+
 /// Blocks scanned back from the head for the transaction at a nonce when the endpoint keeps
 /// no state for older blocks (a pruned node cannot answer the nonce at a past block).
 const SCAN_BLOCKS: u64 = 128;
@@ -131,6 +135,15 @@ pub async fn read_view(
                 .filter(|l| l.tx == ours.tx && l.block == ours.block)
             {
                 ours.success = seen.success;
+            }
+            // Still no receipt this deep is no indexer lagging: the index may be wrong. The
+            // block's own transactions outrank it (once: the search is cached per pass).
+            let deep = head.number.saturating_sub(ours.block.number) >= RECEIPT_LAG_LIMIT;
+            if deep
+                && ours.success.is_none()
+                && let Ok(Some(user)) = find_user(endpoint, account, nonce, head.number).await
+            {
+                ours = user;
             }
             landed = Some(ours);
         } else if let Ok(Some(user)) = find_user(endpoint, account, nonce, head.number).await {
@@ -319,6 +332,7 @@ mod tests {
     struct StateBeforeReceipts {
         by_hash: Value,
         in_block_7: B256,
+        head: u64,
         asked: Mutex<Vec<String>>,
     }
 
@@ -330,7 +344,7 @@ mod tests {
         async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
             self.asked.lock().unwrap().push(format!("{method}{params}"));
             let number = |tag: &Value| match tag.as_str() {
-                Some("latest") => 10,
+                Some("latest") => self.head,
                 Some(hex) => u64::from_str_radix(&hex[2..], 16).unwrap(),
                 None => unreachable!(),
             };
@@ -371,6 +385,7 @@ mod tests {
         let node = StateBeforeReceipts {
             by_hash: by_hash(ours, "0x5", &block_hash(7)),
             in_block_7: ours,
+            head: 10,
             asked: Mutex::default(),
         };
         let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours])
@@ -416,6 +431,7 @@ mod tests {
             let node = StateBeforeReceipts {
                 by_hash: answer,
                 in_block_7: foreign,
+                head: 10,
                 asked: Mutex::default(),
             };
             let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours])
@@ -423,6 +439,28 @@ mod tests {
                 .unwrap();
             let landed = view.landed.expect("the nonce's user, found in block 7");
             assert_eq!(landed.tx, foreign.to_string(), "{case}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_inclusion_by_hash_still_without_receipt_deep_down_is_checked_in_its_block() {
+        let (ours, foreign) = (tx("ab"), tx("cd"));
+        for (head, expected) in [(10, ours), (7 + RECEIPT_LAG_LIMIT, foreign)] {
+            // The index says ours is in block 7; block 7 itself holds another transaction.
+            let node = StateBeforeReceipts {
+                by_hash: by_hash(ours, "0x5", &block_hash(7)),
+                in_block_7: foreign,
+                head,
+                asked: Mutex::default(),
+            };
+            let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours])
+                .await
+                .unwrap();
+            assert_eq!(
+                view.landed.unwrap().tx,
+                expected.to_string(),
+                "head {head}: an index shallowly ahead of receipts is taken, deep down the block decides"
+            );
         }
     }
 }

@@ -126,6 +126,14 @@ fn check_pods(facts: &Value) {
                 serde_json::json!(["livenessProbe", "readinessProbe", "startupProbe"]),
                 "{c}"
             );
+            // The gateway is ready while its public service is: not once it begins to shut
+            // down. The others are ready while they run.
+            let readiness = if c["name"] == "gateway" {
+                "sigcast.v1.OperationService"
+            } else {
+                ""
+            };
+            assert_eq!(c["readiness_service"], readiness, "{c}");
             // Drained, not cut: a pause while the Pod leaves its Services, then SIGTERM,
             // within a grace period longer than a call may take (30 s).
             assert_eq!(c["pre_stop"], serde_json::json!(["sleep", "5"]), "{c}");

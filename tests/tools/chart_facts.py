@@ -37,6 +37,7 @@ for doc in yaml.safe_load_all(sys.stdin):
             "security": container.get("securityContext", {}),
             "pod_security": pod.get("securityContext", {}),
             "probes": sorted(p for p in ("startupProbe", "readinessProbe", "livenessProbe") if p in container),
+            "readiness_service": container.get("readinessProbe", {}).get("grpc", {}).get("service", ""),
             "pre_stop": container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command"),
             "grace_seconds": pod.get("terminationGracePeriodSeconds"),
         })

@@ -102,21 +102,26 @@ compute_unit_price_micro_lamports = {{ int64 (default 0 .computeUnitPriceMicroLa
 {{- end }}
 {{- end -}}
 
-{{/* Probes on a gRPC health port. */}}
+{{/* Probes on a gRPC health port (.port). Liveness and startup ask the process's own name
+     (""); readiness asks .readiness when given: the gateway's public service, which turns
+     NOT_SERVING when the gateway begins to shut down, so the Pod leaves its Services first. */}}
 {{- define "sigcast.probes" -}}
 startupProbe:
   grpc:
-    port: {{ . }}
+    port: {{ .port }}
   periodSeconds: 2
   failureThreshold: 60
 readinessProbe:
   grpc:
-    port: {{ . }}
+    port: {{ .port }}
+    {{- with .readiness }}
+    service: {{ . | quote }}
+    {{- end }}
   periodSeconds: 5
   failureThreshold: 2
 livenessProbe:
   grpc:
-    port: {{ . }}
+    port: {{ .port }}
   periodSeconds: 10
   failureThreshold: 3
 {{- end -}}

@@ -147,3 +147,46 @@ async fn file_config_applies_and_sigterm_stops_cleanly() {
         gateway.log()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sigterm_the_public_service_turns_not_serving_and_the_gateway_exits_within_its_drain() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    // What the chart's readiness probe asks: the Pod leaves its Services as shutdown begins.
+    // A short drain: the open watch below never ends by itself, and must not hold the
+    // gateway past it.
+    let mut gateway = GatewayProcess::start("[limits]\nrequest_timeout_ms = 2000\n").await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", gateway.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut watch = tonic_health::pb::health_client::HealthClient::new(channel)
+        .watch(tonic_health::pb::HealthCheckRequest {
+            service: "sigcast.v1.OperationService".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let status = |answer: Option<tonic_health::pb::HealthCheckResponse>| {
+        ServingStatus::try_from(answer.expect("an answer").status).unwrap()
+    };
+    assert_eq!(
+        status(watch.message().await.unwrap()),
+        ServingStatus::Serving
+    );
+    let stopping = tokio::task::spawn_blocking(move || {
+        let exit = gateway.terminate();
+        (exit, gateway)
+    });
+    let next = tokio::time::timeout(std::time::Duration::from_secs(10), watch.message())
+        .await
+        .expect("told before the gateway exits")
+        .unwrap();
+    assert_eq!(status(next), ServingStatus::NotServing);
+    let (exit, gateway) = stopping.await.unwrap();
+    assert!(
+        exit.success(),
+        "exit status {exit}; log:\n{}",
+        gateway.log()
+    );
+}

@@ -114,6 +114,8 @@ pub async fn run(
             let _ = stop.wait_for(|stop| *stop).await;
         }
     };
+    // At shutdown, calls in progress may finish for as long as one may take.
+    let drain = std::time::Duration::from_millis(config.limits.request_timeout_ms);
     // Health alone, in plaintext, for probes that speak no TLS (Kubernetes' gRPC probes).
     if let Some(addr) = config.health_listen {
         let health_listener = TcpListener::bind(addr).await?;
@@ -125,6 +127,7 @@ pub async fn run(
             health_listener,
             None,
             stopped(&stop_watches),
+            drain,
         ));
     }
     // The operator API on its own listener, or beside the public one.
@@ -144,6 +147,7 @@ pub async fn run(
                 operator_listener,
                 tls.clone(),
                 stopped(&stop_watches),
+                drain,
             ));
             None
         }
@@ -171,33 +175,57 @@ pub async fn run(
         .add_service(reflection(served).build_v1alpha()?)
         .add_optional_service(operator)
         .add_service(operations);
-    serve(router, listener, tls, shutdown).await?;
+    serve(router, listener, tls, shutdown, drain).await?;
     tracing::info!("gateway stopped");
     Ok(())
 }
 
-/// Serves `router` on `listener`, with mutual TLS when `tls` is given, until `stop`.
+/// Serves `router` on `listener`, with mutual TLS when `tls` is given, until `stop`; then
+/// lets calls in progress finish for at most `drain`. A stream that never ends by itself (a
+/// client's Health/Watch) would otherwise hold the process past its grace period, to be
+/// killed there with every other call cut.
 async fn serve(
     router: tonic::transport::server::Router,
     listener: TcpListener,
     tls: Option<sigcast_runtime::tls::Reloading>,
     stop: impl Future<Output = ()>,
+    drain: std::time::Duration,
 ) -> anyhow::Result<()> {
-    match tls {
-        Some(tls) => {
-            router
-                .serve_with_incoming_shutdown(tls.incoming(listener), stop)
-                .await?
+    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+    let stop = async move {
+        stop.await;
+        let _ = stopping.send(());
+    };
+    let serving = async move {
+        match tls {
+            Some(tls) => {
+                router
+                    .serve_with_incoming_shutdown(tls.incoming(listener), stop)
+                    .await
+            }
+            // No Nagle: a response's frames would otherwise wait on the client's delayed ACK
+            // (~40 ms per replayed submit, measured by sigcast-bench).
+            None => {
+                router
+                    .serve_with_incoming_shutdown(
+                        sigcast_runtime::accept::incoming(listener, "gateway"),
+                        stop,
+                    )
+                    .await
+            }
         }
-        // No Nagle: a response's frames would otherwise wait on the client's delayed ACK
-        // (~40 ms per replayed submit, measured by sigcast-bench).
-        None => {
-            router
-                .serve_with_incoming_shutdown(
-                    sigcast_runtime::accept::incoming(listener, "gateway"),
-                    stop,
-                )
-                .await?
+    };
+    let drained = async move {
+        match stopped.await {
+            Ok(()) => tokio::time::sleep(drain).await,
+            // The server ended before any stop: its own result says why.
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        served = serving => served?,
+        () = drained => {
+            tracing::warn!(drain_secs = drain.as_secs(), "calls still open after the drain period: closing them");
         }
     }
     Ok(())
@@ -210,8 +238,9 @@ async fn serve_or_log(
     listener: TcpListener,
     tls: Option<sigcast_runtime::tls::Reloading>,
     stop: impl Future<Output = ()>,
+    drain: std::time::Duration,
 ) {
-    if let Err(error) = serve(router, listener, tls, stop).await {
+    if let Err(error) = serve(router, listener, tls, stop, drain).await {
         tracing::error!(listener = name, %error, "listener failed");
     }
 }

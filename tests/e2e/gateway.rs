@@ -190,3 +190,41 @@ async fn on_sigterm_the_public_service_turns_not_serving_and_the_gateway_exits_w
         gateway.log()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_signer_and_broadcaster_exit_on_sigterm_with_a_health_watch_open() {
+    let stack = sigcast_e2e::Stack::start(sigcast_e2e::StackOptions {
+        accounts: 1,
+        ..Default::default()
+    })
+    .await;
+    let sigcast_e2e::Stack {
+        mut signers,
+        mut broadcasters,
+        ..
+    } = stack;
+    for mut service in [signers.remove(0), broadcasters.remove(0)] {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", service.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut watch = tonic_health::pb::health_client::HealthClient::new(channel)
+            .watch(tonic_health::pb::HealthCheckRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        watch.message().await.unwrap().expect("the current status");
+        // Within the test harness's 20 s, which fails the test otherwise.
+        let (exit, service) = tokio::task::spawn_blocking(move || (service.terminate(), service))
+            .await
+            .unwrap();
+        assert!(
+            exit.success(),
+            "{}: {exit}\n{}",
+            service.binary,
+            service.log()
+        );
+        drop(watch);
+    }
+}

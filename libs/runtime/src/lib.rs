@@ -114,6 +114,29 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// Awaits `serving`, servers that stop accepting once `stopping` completes and then wait for
+/// their calls to end, giving those calls at most `drain` after `stopping`. `None` when the
+/// drain ran out (the calls still open are then dropped with the servers, logged). A stream
+/// that never ends by itself (a client's Health/Watch) would otherwise keep the process past
+/// its grace period, to be killed there with every other call cut.
+pub async fn drained<T>(
+    serving: impl Future<Output = T>,
+    stopping: impl Future<Output = ()>,
+    drain: std::time::Duration,
+) -> Option<T> {
+    let drained = async move {
+        stopping.await;
+        tokio::time::sleep(drain).await;
+    };
+    tokio::select! {
+        served = serving => Some(served),
+        () = drained => {
+            tracing::warn!(drain_secs = drain.as_secs(), "calls still open after the drain period: closing them");
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 // figment's Jail fixes the closures' error type to its own (large) figment::Error.
 #[allow(clippy::result_large_err)]

@@ -19,6 +19,9 @@ use sigcast_store::Store;
 use std::future::Future;
 use tokio::net::TcpListener;
 
+/// How long health calls may take to finish once the broadcaster begins to shut down.
+const HEALTH_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How often the dependencies' readiness is probed.
 const PROBE_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -88,7 +91,8 @@ pub async fn run(
         })
     };
     tracing::info!(listen = %listener.local_addr()?, "broadcaster running");
-    tonic::transport::Server::builder()
+    let mut stopping = stop.subscribe();
+    let health_server = tonic::transport::Server::builder()
         .add_service(health_service)
         .serve_with_incoming_shutdown(
             sigcast_runtime::accept::incoming(listener, "broadcaster health"),
@@ -96,8 +100,14 @@ pub async fn run(
                 shutdown.await;
                 let _ = stop.send(true);
             },
-        )
-        .await?;
+        );
+    // Its health calls end with the process: a client's Health/Watch stream is given a moment.
+    let stopping = async move {
+        let _ = stopping.wait_for(|s| *s).await;
+    };
+    if let Some(served) = sigcast_runtime::drained(health_server, stopping, HEALTH_DRAIN).await {
+        served?;
+    }
     // A pass in progress finishes its current steps; each is a whole store transaction.
     work.await?;
     probing.abort();

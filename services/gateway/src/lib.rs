@@ -181,9 +181,7 @@ pub async fn run(
 }
 
 /// Serves `router` on `listener`, with mutual TLS when `tls` is given, until `stop`; then
-/// lets calls in progress finish for at most `drain`. A stream that never ends by itself (a
-/// client's Health/Watch) would otherwise hold the process past its grace period, to be
-/// killed there with every other call cut.
+/// lets calls in progress finish for at most `drain` (see [`sigcast_runtime::drained`]).
 async fn serve(
     router: tonic::transport::server::Router,
     listener: TcpListener,
@@ -215,18 +213,14 @@ async fn serve(
             }
         }
     };
-    let drained = async move {
-        match stopped.await {
-            Ok(()) => tokio::time::sleep(drain).await,
-            // The server ended before any stop: its own result says why.
-            Err(_) => std::future::pending().await,
+    // A server that ended before any stop (its sender dropped) says why itself.
+    let stopping = async move {
+        if stopped.await.is_err() {
+            std::future::pending::<()>().await;
         }
     };
-    tokio::select! {
-        served = serving => served?,
-        () = drained => {
-            tracing::warn!(drain_secs = drain.as_secs(), "calls still open after the drain period: closing them");
-        }
+    if let Some(served) = sigcast_runtime::drained(serving, stopping, drain).await {
+        served?;
     }
     Ok(())
 }

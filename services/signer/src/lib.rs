@@ -162,8 +162,15 @@ pub async fn run(
         }
     }
     let _ = stop.send(true);
-    while let Some(ended) = futures::StreamExt::next(&mut running).await {
-        ended??;
+    // Calls in progress finish, for at most SHUTDOWN_DRAIN.
+    let servers = async {
+        while let Some(ended) = futures::StreamExt::next(&mut running).await {
+            ended??;
+        }
+        anyhow::Ok(())
+    };
+    if let Some(ended) = sigcast_runtime::drained(servers, async {}, SHUTDOWN_DRAIN).await {
+        ended?;
     }
     tracing::info!("signer stopped");
     Ok(())
@@ -189,6 +196,11 @@ fn declare_metrics() {
     }
     declare(&m.transitions, &[("state", "SIGNED")]);
 }
+
+/// How long calls in progress may take to finish once the signer begins to shut down: longer
+/// than a signature takes, even a token's. One cut short is rolled back whole (its store
+/// transaction never commits) and asked for again by the broadcaster.
+const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How long one check of the token may take before the token counts as hung.
 const TOKEN_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);

@@ -155,18 +155,7 @@ async fn on_sigterm_the_public_service_turns_not_serving_and_the_gateway_exits_w
     // A short drain: the open watch below never ends by itself, and must not hold the
     // gateway past it.
     let mut gateway = GatewayProcess::start("[limits]\nrequest_timeout_ms = 2000\n").await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", gateway.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut watch = tonic_health::pb::health_client::HealthClient::new(channel)
-        .watch(tonic_health::pb::HealthCheckRequest {
-            service: "sigcast.v1.OperationService".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut watch = health_watch(gateway.addr, "sigcast.v1.OperationService").await;
     let status = |answer: Option<tonic_health::pb::HealthCheckResponse>| {
         ServingStatus::try_from(answer.expect("an answer").status).unwrap()
     };
@@ -189,6 +178,32 @@ async fn on_sigterm_the_public_service_turns_not_serving_and_the_gateway_exits_w
         "exit status {exit}; log:\n{}",
         gateway.log()
     );
+    assert!(
+        gateway
+            .log()
+            .contains("calls still open after the drain period"),
+        "{}",
+        gateway.log()
+    );
+}
+
+/// A Health/Watch stream on `service` of the server at `addr`.
+async fn health_watch(
+    addr: std::net::SocketAddr,
+    service: &str,
+) -> tonic::Streaming<tonic_health::pb::HealthCheckResponse> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    tonic_health::pb::health_client::HealthClient::new(channel)
+        .watch(tonic_health::pb::HealthCheckRequest {
+            service: service.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,16 +219,7 @@ async fn the_signer_and_broadcaster_exit_on_sigterm_with_a_health_watch_open() {
         ..
     } = stack;
     for mut service in [signers.remove(0), broadcasters.remove(0)] {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", service.addr))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        let mut watch = tonic_health::pb::health_client::HealthClient::new(channel)
-            .watch(tonic_health::pb::HealthCheckRequest::default())
-            .await
-            .unwrap()
-            .into_inner();
+        let mut watch = health_watch(service.addr, "").await;
         watch.message().await.unwrap().expect("the current status");
         // Within the test harness's 20 s, which fails the test otherwise.
         let (exit, service) = tokio::task::spawn_blocking(move || (service.terminate(), service))

@@ -58,6 +58,12 @@ async fn block(
     Ok((!value.is_null()).then_some(value))
 }
 
+/// The hash of the endpoint's canonical block at `number`, if it answers one.
+async fn canonical_hash(endpoint: &impl Endpoint, number: u64) -> Option<String> {
+    let value = block(endpoint, number, false).await.ok().flatten()?;
+    block_ref(endpoint, &value).ok().map(|b| b.hash)
+}
+
 /// The account's transaction count after block `number`.
 async fn nonce_at(
     endpoint: &impl Endpoint,
@@ -98,12 +104,7 @@ pub async fn read_view(
         let Some(receipt) = parse_receipt(&value) else {
             continue;
         };
-        let canonical_hash = block(endpoint, receipt.block_number, false)
-            .await
-            .ok()
-            .flatten()
-            .and_then(|b| block_ref(endpoint, &b).ok())
-            .map(|b| b.hash);
+        let canonical_hash = canonical_hash(endpoint, receipt.block_number).await;
         let seen = EvmLanded {
             tx: receipt.tx_hash.to_string(),
             block: BlockRef {
@@ -182,16 +183,11 @@ async fn included(
         if tx.hash != *hash || tx.from != account || tx.nonce != nonce {
             continue;
         }
-        let canonical = block(endpoint, number, false)
-            .await
-            .ok()
-            .flatten()
-            .and_then(|b| block_ref(endpoint, &b).ok());
         let block = BlockRef {
             number,
             hash: block_hash.to_string(),
         };
-        if canonical.as_ref().is_some_and(|c| c.hash == block.hash) {
+        if canonical_hash(endpoint, number).await.as_ref() == Some(&block.hash) {
             return Some(EvmLanded {
                 tx: hash.to_string(),
                 canonical_hash: Some(block.hash.clone()),

@@ -122,6 +122,13 @@ mod tests {
     use tonic_health::pb::health_server::Health;
     use tonic_health::pb::{HealthCheckRequest, health_check_response};
 
+    /// A health reporter and the service answering from it.
+    fn health() -> (HealthReporter, tonic_health::server::HealthService) {
+        let reporter = HealthReporter::new();
+        let server = tonic_health::server::HealthService::from_health_reporter(reporter.clone());
+        (reporter, server)
+    }
+
     async fn status(health: &impl Health) -> health_check_response::ServingStatus {
         let request = tonic::Request::new(HealthCheckRequest {
             service: String::new(),
@@ -133,8 +140,7 @@ mod tests {
     #[tokio::test]
     async fn the_process_is_alive_only_while_every_part_is() {
         use health_check_response::ServingStatus::{NotServing, Serving};
-        let reporter = HealthReporter::new();
-        let server = tonic_health::server::HealthService::from_health_reporter(reporter.clone());
+        let (reporter, server) = health();
         reporter
             .set_service_status("", ServingStatus::Serving)
             .await;
@@ -156,8 +162,7 @@ mod tests {
     async fn a_health_watch_hears_changes_not_every_check() {
         use health_check_response::ServingStatus::{NotServing, Serving};
         use tokio_stream::StreamExt;
-        let reporter = HealthReporter::new();
-        let server = tonic_health::server::HealthService::from_health_reporter(reporter.clone());
+        let (reporter, server) = health();
         let liveness = Liveness::new(reporter);
         liveness.report("group_commit", true).await;
         let request = tonic::Request::new(HealthCheckRequest {
@@ -194,8 +199,7 @@ mod tests {
     #[tokio::test]
     async fn a_watched_part_is_reported_as_its_check_goes() {
         use health_check_response::ServingStatus::{NotServing, Serving};
-        let reporter = HealthReporter::new();
-        let server = tonic_health::server::HealthService::from_health_reporter(reporter.clone());
+        let (reporter, server) = health();
         reporter
             .set_service_status("", ServingStatus::Serving)
             .await;

@@ -25,7 +25,7 @@ use sigcast_telemetry::metrics;
 use sigcast_telemetry::trace::op_span;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use tracing::Instrument;
 
 /// The signer refused a replacement at the chain's fee cap.
@@ -52,7 +52,7 @@ pub struct Worker {
     /// `check_after`, as after a send. Without it every pass (every `poll_ms`) read every
     /// operation waiting for its block, and those reads, not the sends, were most of the
     /// node's work. Only paces reads: lost with the process, the next pass reads at once.
-    read_at: Arc<std::sync::Mutex<HashMap<String, Instant>>>,
+    read_at: Arc<std::sync::Mutex<HashMap<String, SystemTime>>>,
     /// The time every decision and record is made with: steps of the system clock while
     /// running move nothing (see `sigcast_runtime::clock`).
     clock: SteadyClock,
@@ -388,22 +388,23 @@ impl Worker {
         let Some(chain) = self.chains.get(&op.chain) else {
             return;
         };
+        let now = self.clock.now();
         let read_recently = self
             .read_at
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&op.op_id)
-            .is_some_and(|at| at.elapsed() < self.rules.check_after);
+            .is_some_and(|&at| now < at + self.rules.check_after);
         if read_recently {
             return;
         }
         let mut evidence = Evidence::None;
-        let mut action = decide(&op, &evidence, self.clock.now(), &self.rules);
+        let mut action = decide(&op, &evidence, now, &self.rules);
         if matches!(action, Action::ReadMore(_)) {
             self.read_at
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .insert(op.op_id.clone(), Instant::now());
+                .insert(op.op_id.clone(), now);
         }
         let mut next = endpoints.iter();
         while let Action::ReadMore(_) = action {

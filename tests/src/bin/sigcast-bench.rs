@@ -285,8 +285,15 @@ fn key_bytes(account: &str) -> [u8; 32] {
         .expect("32 bytes")
 }
 
-/// Lamports every Solana sender and recipient gets before the run.
+/// A lamport count: one SOL.
 const SOL: u64 = 1_000_000_000;
+
+/// Funds a Solana sender (100 SOL) and its recipient (1 SOL, so that transfers to it never
+/// leave it below the rent-exempt minimum).
+fn fund_solana(node: &SolanaNode, sender: &str) {
+    node.airdrop(key_bytes(sender), 100 * SOL);
+    node.airdrop(key_bytes(&solana_recipient(sender)), SOL);
+}
 
 /// The ceiling on Solana: ed25519-dalek signs SOL transfers of K fresh keys over a recent
 /// blockhash, each sent once to the node, nothing persisted; then waits until every signature
@@ -298,10 +305,10 @@ async fn solana_baseline(node: &SolanaNode, args: &Args) -> f64 {
         .map(|_| ed25519_dalek::SigningKey::from_bytes(&rand::random()))
         .collect();
     for key in &keys {
-        let account = key.verifying_key().to_bytes();
-        node.airdrop(account, 100 * SOL);
-        let from = bs58::encode(account).into_string();
-        node.airdrop(key_bytes(&solana_recipient(&from)), SOL);
+        fund_solana(
+            node,
+            &bs58::encode(key.verifying_key().to_bytes()).into_string(),
+        );
     }
     let started = Instant::now();
     let blockhash = rpc.latest_blockhash().await.expect("a blockhash").hash;
@@ -587,8 +594,7 @@ async fn run(args: Args) -> Result<(), String> {
         }
         Some(node) => {
             for account in &stack.solana_accounts {
-                node.airdrop(key_bytes(account), 100 * SOL);
-                node.airdrop(key_bytes(&solana_recipient(account)), SOL);
+                fund_solana(node, account);
             }
             stack.solana_accounts.clone()
         }

@@ -30,6 +30,11 @@ pub struct Anvil {
 }
 
 impl Anvil {
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Starts anvil on a free port; `block_time` in seconds, or automine when `None`.
     pub fn start(block_time: Option<u64>, log_dir: &Path) -> Self {
         Self::start_with(block_time, log_dir, &[])

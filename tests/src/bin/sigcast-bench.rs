@@ -49,11 +49,15 @@ struct Args {
     stall: Duration,
     watches: usize,
     lists: usize,
+    replicas: usize,
+    stored: usize,
 }
 
 const USAGE: &str = "usage: sigcast-bench [--chain evm|solana (evm)] [--ops N (2000)] [--accounts K (4)] \
 [--concurrency C (64)] [--baseline direct|none (direct)] [--replays R (500)] \
-[--stall-secs S (60)] | --watches W [--lists L (1000)]";
+[--stall-secs S (60)] [--replicas N (1): signers and broadcasters each] \
+[--stored M (0): settled operations in the store before the run] \
+| --watches W [--lists L (1000)]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -66,6 +70,8 @@ fn parse_args() -> Result<Args, String> {
         stall: Duration::from_secs(60),
         watches: 0,
         lists: 1_000,
+        replicas: 1,
+        stored: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -86,6 +92,8 @@ fn parse_args() -> Result<Args, String> {
             "--replays" => args.replays = number()?,
             "--watches" => args.watches = number()?,
             "--lists" => args.lists = number()?,
+            "--replicas" => args.replicas = number()?.max(1),
+            "--stored" => args.stored = number()?,
             "--stall-secs" => args.stall = Duration::from_secs(number()?.max(1) as u64),
             "--chain" => {
                 args.chain = match value.as_str() {
@@ -359,29 +367,162 @@ fn since(
 }
 
 /// Every operation listed in `state`.
-async fn listed(
+/// The run's operations by state: listed account by account (the accounts' index), so
+/// operations stored before the run (`--stored`) are never read.
+async fn by_state(
     client: &OperationServiceClient<tonic::transport::Channel>,
-    state: pb::OperationState,
-) -> Vec<pb::Operation> {
-    let mut ops = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let page = client
-            .clone()
-            .list_operations(pb::ListOperationsRequest {
-                state: state.into(),
-                page_size: 1_000,
-                page_token,
-                ..Default::default()
-            })
-            .await
-            .expect("list operations")
-            .into_inner();
-        ops.extend(page.operations);
-        if page.next_page_token.is_empty() {
-            return ops;
+    chain: &str,
+    senders: &[String],
+) -> std::collections::HashMap<pb::OperationState, Vec<pb::Operation>> {
+    let mut ops: std::collections::HashMap<_, Vec<_>> = std::collections::HashMap::new();
+    for account in senders {
+        let mut page_token = String::new();
+        loop {
+            let page = client
+                .clone()
+                .list_operations(pb::ListOperationsRequest {
+                    chain: chain.to_owned(),
+                    account: account.clone(),
+                    page_size: 1_000,
+                    page_token,
+                    ..Default::default()
+                })
+                .await
+                .expect("list operations")
+                .into_inner();
+            for op in page.operations {
+                ops.entry(op.state()).or_default().push(op);
+            }
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            page_token = page.next_page_token;
         }
-        page_token = page.next_page_token;
+    }
+    ops
+}
+
+/// The JSON-RPC requests a service made, by method, from its `sigcast_rpc_requests_total`.
+async fn node_requests(addr: std::net::SocketAddr) -> Vec<(String, f64)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut text = String::new();
+    if let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await {
+        let _ = stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: sigcast\r\n\r\n")
+            .await;
+        let _ = stream.read_to_string(&mut text).await;
+    }
+    text.lines()
+        .filter(|line| line.starts_with("sigcast_rpc_requests_total{"))
+        .filter_map(|line| {
+            let method = line.split("method=\"").nth(1)?.split('"').next()?;
+            let count = line.rsplit(' ').next()?.parse().ok()?;
+            Some((method.to_owned(), count))
+        })
+        .collect()
+}
+
+/// CPU time (user + system) a process has used so far, from /proc.
+fn cpu_time(pid: u32) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Duration::ZERO;
+    };
+    // Fields after the command name (which may hold spaces): utime and stime are the 12th
+    // and 13th, in clock ticks.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
+        .sum();
+    Duration::from_secs_f64(ticks as f64 / clock_ticks_per_second())
+}
+
+fn clock_ticks_per_second() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// Fills the store with `count` settled (CONFIRMED) operations of an account the run does not
+/// use, 10,000 per transaction, as a store after months of service holds them.
+fn fill_store(path: &std::path::Path, chain: &str, count: usize) -> Result<(), String> {
+    use sigcast_store::{Store, StoreConfig, operations};
+    let store = Store::open(&StoreConfig::sqlite(path.to_owned())).map_err(|e| e.to_string())?;
+    let root = store.root().clone();
+    let now = SystemTime::now();
+    let started = Instant::now();
+    let mut done = 0;
+    while done < count {
+        let chunk = (count - done).min(10_000);
+        store
+            .run(|tx| {
+                for i in done..done + chunk {
+                    let mut op = settled_operation(chain, i);
+                    operations::put(tx, &root, None, &mut op, now)?;
+                }
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
+        done += chunk;
+        progress("stored before the run", done, count, started);
+    }
+    Ok(())
+}
+
+/// A CONFIRMED transfer of about the size of the run's own, as `fill_store` stores it.
+fn settled_operation(chain: &str, i: usize) -> pb::Operation {
+    let hash = format!("0x{i:064x}");
+    let (kind, account) = match chain {
+        "solana:localnet" => {
+            let account = "Stored1111111111111111111111111111111111111".to_owned();
+            let kind = pb::intent::Kind::SolanaTransfer(pb::SolanaTransfer {
+                cluster: "localnet".into(),
+                from: account.clone(),
+                to: solana_recipient(&account),
+                lamports: (1_000 + i).to_string(),
+            });
+            (kind, account)
+        }
+        _ => {
+            let account = "0x000000000000000000000000000000000000dEaD".to_owned();
+            let kind = pb::intent::Kind::EvmTransfer(pb::EvmTransfer {
+                chain_id: 31337,
+                from: account.clone(),
+                to: recipient(i),
+                value_wei: (1_000 + i).to_string(),
+            });
+            (kind, account)
+        }
+    };
+    pb::Operation {
+        op_id: format!("stored-{i:08}"),
+        intent: Some(pb::Intent { kind: Some(kind) }),
+        intent_fingerprint: format!("{i:064x}"),
+        state: pb::OperationState::Confirmed.into(),
+        chain: chain.into(),
+        account,
+        caller: "bench".into(),
+        attempts: vec![pb::Attempt {
+            number: 1,
+            tx_id: hash.clone(),
+            outcome: pb::AttemptOutcome::Accepted.into(),
+            ..Default::default()
+        }],
+        result: Some(pb::TerminalResult {
+            tx_id: hash.clone(),
+            block_number: i as u64,
+            block_hash: hash,
+            execution_status: pb::ExecutionStatus::Success.into(),
+        }),
+        ..Default::default()
     }
 }
 
@@ -570,12 +711,14 @@ async fn run(args: Args) -> Result<(), String> {
         None => StackOptions {
             accounts: 0,
             generated_evm_keys: args.accounts,
+            replicas: args.replicas,
             ..Default::default()
         },
         Some(node) => StackOptions {
             accounts: 1,
             solana_rpc: Some(node.url.clone()),
             solana_accounts: args.accounts,
+            replicas: args.replicas,
             ..Default::default()
         },
     })
@@ -600,11 +743,44 @@ async fn run(args: Args) -> Result<(), String> {
         }
     };
 
+    let node_before = cpu_time(stack.anvil.pid());
     let baseline = match (&solana, args.baseline) {
         (_, false) => None,
         (None, true) => Some(direct_baseline(&stack.anvil.url, &args).await),
         (Some(node), true) => Some(solana_baseline(node, &args).await),
     };
+    // What the node spent per baseline transfer (anvil's own process; the Solana node runs
+    // inside this one, so there it is not told apart).
+    let node_per_baseline_op = cpu_time(stack.anvil.pid()).saturating_sub(node_before);
+
+    let chain = match args.chain {
+        ChainKind::Evm => "eip155:31337",
+        ChainKind::Solana => "solana:localnet",
+    };
+    let db = stack.dir.path().join("sigcast.db");
+    if args.stored > 0 {
+        fill_store(&db, chain, args.stored)?;
+    }
+    let store_bytes = || {
+        ["", "-wal"]
+            .iter()
+            .filter_map(|suffix| std::fs::metadata(format!("{}{suffix}", db.display())).ok())
+            .map(|m| m.len())
+            .sum::<u64>()
+    };
+    // What each process has used before the run: the run's CPU is what it adds.
+    let mut processes: Vec<(String, u32)> = vec![
+        ("gateway".into(), stack.gateway.pid()),
+        ("node".into(), stack.anvil.pid()),
+    ];
+    for (i, signer) in stack.signers.iter().enumerate() {
+        processes.push((format!("signer-{i}"), signer.pid()));
+    }
+    for (i, broadcaster) in stack.broadcasters.iter().enumerate() {
+        processes.push((format!("broadcaster-{i}"), broadcaster.pid()));
+    }
+    let cpu_before: Vec<Duration> = processes.iter().map(|(_, pid)| cpu_time(*pid)).collect();
+    let bytes_before = store_bytes();
 
     // sigcast: submit everything at concurrency C, then wait for every confirmation.
     let client = stack.client().await;
@@ -635,8 +811,13 @@ async fn run(args: Args) -> Result<(), String> {
     submit_latency.sort();
     let mut rss_peak_in_flight = Vec::new();
     let mut last_progress = (0, Instant::now());
+    let mut polls = 0u32;
     loop {
-        let confirmed_ops = listed(&client, pb::OperationState::Confirmed).await;
+        polls += 1;
+        let mut ops = by_state(&client, chain, &senders).await;
+        let confirmed_ops = ops
+            .remove(&pb::OperationState::Confirmed)
+            .unwrap_or_default();
         let confirmed = confirmed_ops.len();
         // Anything terminal but a successful confirmation fails the run.
         let mut failed: Vec<pb::Operation> = confirmed_ops
@@ -646,8 +827,14 @@ async fn run(args: Args) -> Result<(), String> {
                     != Some(pb::ExecutionStatus::Success)
             })
             .collect();
-        failed.extend(listed(&client, pb::OperationState::Rejected).await);
-        failed.extend(listed(&client, pb::OperationState::Cancelled).await);
+        failed.extend(
+            ops.remove(&pb::OperationState::Rejected)
+                .unwrap_or_default(),
+        );
+        failed.extend(
+            ops.remove(&pb::OperationState::Cancelled)
+                .unwrap_or_default(),
+        );
         if !failed.is_empty() {
             let lines: Vec<String> = failed.iter().take(50).map(describe).collect();
             return Err(format!(
@@ -661,14 +848,7 @@ async fn run(args: Args) -> Result<(), String> {
         if confirmed != last_progress.0 {
             last_progress = (confirmed, Instant::now());
         } else if last_progress.1.elapsed() >= args.stall {
-            let mut stuck = Vec::new();
-            for state in [
-                pb::OperationState::Received,
-                pb::OperationState::Signed,
-                pb::OperationState::Sent,
-            ] {
-                stuck.extend(listed(&client, state).await);
-            }
+            let stuck: Vec<pb::Operation> = ops.into_values().flatten().collect();
             let lines: Vec<String> = stuck.iter().take(50).map(describe).collect();
             return Err(format!(
                 "no operation confirmed for {} s; {confirmed} of {} confirmed, {} not terminal:\n{}",
@@ -689,6 +869,28 @@ async fn run(args: Args) -> Result<(), String> {
             break;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let cpu_after: Vec<Duration> = processes.iter().map(|(_, pid)| cpu_time(*pid)).collect();
+    let bytes_stored = store_bytes().saturating_sub(bytes_before);
+    // The gateway's CPU includes this generator's polling (every operation listed each
+    // second): measured alone on a few more polls, and taken out.
+    let gateway_before = cpu_time(stack.gateway.pid());
+    for _ in 0..5 {
+        by_state(&client, chain, &senders).await;
+    }
+    let per_poll = cpu_time(stack.gateway.pid()).saturating_sub(gateway_before) / 5;
+    let mut cpu_per_op: Vec<(String, f64)> = Vec::new();
+    for (((name, _), before), after) in processes.iter().zip(&cpu_before).zip(&cpu_after) {
+        let mut used = after.saturating_sub(*before);
+        if name == "gateway" {
+            used = used.saturating_sub(per_poll * polls);
+        }
+        let service = name.split('-').next().unwrap_or(name).to_owned();
+        let ms = used.as_secs_f64() * 1_000.0 / args.ops as f64;
+        match cpu_per_op.iter_mut().find(|(s, _)| *s == service) {
+            Some((_, total)) => *total += ms,
+            None => cpu_per_op.push((service, ms)),
+        }
     }
 
     // Per-operation timings from the operations themselves.
@@ -808,6 +1010,46 @@ async fn run(args: Args) -> Result<(), String> {
     println!(
         "| peak RSS gateway / signer / broadcaster (end) | {:.0} / {:.0} / {:.0} MiB |",
         rss_end[0], rss_end[1], rss_end[2]
+    );
+    let cpu: Vec<String> = cpu_per_op
+        .iter()
+        .map(|(service, ms)| format!("{service} {ms:.3}"))
+        .collect();
+    println!(
+        "| CPU-ms per operation, from the first submit to the last confirmation{} | {} |",
+        match args.replicas {
+            1 => String::new(),
+            n => format!(" ({n} replicas summed)"),
+        },
+        cpu.join(" / ")
+    );
+    if args.baseline && args.chain == ChainKind::Evm {
+        println!(
+            "| node CPU-ms per direct baseline transfer | {:.3} |",
+            node_per_baseline_op.as_secs_f64() * 1_000.0 / args.ops as f64
+        );
+    }
+    let mut requests: std::collections::BTreeMap<String, f64> = Default::default();
+    for (name, _) in processes
+        .iter()
+        .filter(|(n, _)| n != "node" && n != "gateway")
+    {
+        for (method, count) in node_requests(stack.metrics_addr(name)).await {
+            *requests.entry(method).or_default() += count;
+        }
+    }
+    let requests: Vec<String> = requests
+        .iter()
+        .map(|(method, count)| format!("{method} {:.2}", count / args.ops as f64))
+        .collect();
+    println!(
+        "| node requests per operation (signers and broadcasters) | {} |",
+        requests.join(", ")
+    );
+    println!(
+        "| store growth per operation (file and WAL; {} stored before) | {:.0} bytes |",
+        args.stored,
+        bytes_stored as f64 / args.ops as f64
     );
     Ok(())
 }

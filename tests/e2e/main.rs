@@ -1,6 +1,7 @@
 //! End-to-end: the real `sigcast-gateway` binary, configured by file and environment, driven
 //! by the real grpcurl without proto files (server reflection), stopped by SIGTERM.
 
+mod batch;
 mod callers;
 mod chart;
 mod clients;

@@ -241,7 +241,7 @@ async fn every_operation_is_one_trace_across_the_three_services_and_a_restart() 
         spans
             .iter()
             .filter(|s| s["trace_id"] == derived_trace_id(refused))
-            .filter(|s| s["name"] == "sigcast.signer.v1.SignerService/SignOperation")
+            .filter(|s| s["name"] == "sigcast.signer.v1.SignerService/SignOperations")
             .cloned()
             .collect()
     };
@@ -352,11 +352,11 @@ fn check_conventions(spans: &[Value], op_id: &str) {
             "SPAN_KIND_SERVER",
         ),
         (
-            "sigcast.signer.v1.SignerService/SignOperation",
+            "sigcast.signer.v1.SignerService/SignOperations",
             "SPAN_KIND_CLIENT",
         ),
         (
-            "sigcast.signer.v1.SignerService/SignOperation",
+            "sigcast.signer.v1.SignerService/SignOperations",
             "SPAN_KIND_SERVER",
         ),
         ("eth_sendRawTransaction", "SPAN_KIND_CLIENT"),
@@ -378,14 +378,14 @@ fn check_conventions(spans: &[Value], op_id: &str) {
     assert_eq!(submit["attributes"]["sigcast.op_id"], op_id);
     // The signer's server span hangs under the broadcaster's client span.
     let clients: BTreeSet<&str> = named(
-        "sigcast.signer.v1.SignerService/SignOperation",
+        "sigcast.signer.v1.SignerService/SignOperations",
         "SPAN_KIND_CLIENT",
     )
     .iter()
     .map(|s| s["span_id"].as_str().unwrap())
     .collect();
     for server in named(
-        "sigcast.signer.v1.SignerService/SignOperation",
+        "sigcast.signer.v1.SignerService/SignOperations",
         "SPAN_KIND_SERVER",
     ) {
         assert!(
@@ -805,7 +805,7 @@ async fn metrics_parse_as_prometheus_text_and_count_what_a_fault_run_did() {
         total(
             &signer,
             "sigcast_grpc_server_requests_total",
-            &["method=\"SignOperation\"", "code=\"OK\""]
+            &["method=\"SignOperations\"", "code=\"OK\""]
         ) >= 1.0
     );
     // Reads were timed per endpoint and method; the endpoint label carries no path.

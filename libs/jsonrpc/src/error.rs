@@ -1,5 +1,5 @@
 /// What went wrong talking to one endpoint.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum RpcError {
     /// No HTTP response: refused, reset, timed out. Whether a send arrived is unknown.
     #[error("transport to {endpoint}: {message}")]
@@ -76,6 +76,10 @@ pub enum Error {
     /// The HTTP client could not be built.
     #[error("building the HTTP client: {0}")]
     Client(String),
+    /// A read made once for many callers failed: what it failed with, answered to each
+    /// caller that waited for it.
+    #[error("{0}")]
+    Shared(String),
 }
 
 /// Result of the pool.

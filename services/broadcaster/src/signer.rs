@@ -5,7 +5,8 @@
 use crate::config::SignerTlsConfig;
 use sigcast_proto::sigcast::signer::v1::signer_service_client::SignerServiceClient;
 use sigcast_proto::sigcast::signer::v1::{
-    SignOperationRequest, SignPurpose, signer_service_server,
+    SignOperationRequest, SignOperationsItem, SignOperationsRequest, SignPurpose,
+    sign_operations_result, signer_service_server,
 };
 use sigcast_telemetry::trace::{self, RpcSide};
 use std::time::Duration;
@@ -120,6 +121,90 @@ impl SignerClient {
             Ok(response) => Ok(response.into_inner().attempt),
             Err(status) => Err(classify(status)),
         }
+    }
+
+    /// First signatures of many operations in one call (the signer commits them in one
+    /// transaction), each with its span: the answer for each, in the order given. The call
+    /// appears in each operation's own trace, as a client span under the one given.
+    pub(crate) async fn sign_first(
+        &self,
+        ops: &[(String, tracing::Span)],
+    ) -> Vec<Result<u32, Refusal>> {
+        let purpose = SignPurpose::Initial;
+        let spans: Vec<tracing::Span> = ops
+            .iter()
+            .map(|(op_id, parent)| {
+                parent.in_scope(|| {
+                    let span = trace::grpc_span(
+                        RpcSide::Client,
+                        signer_service_server::SERVICE_NAME,
+                        "SignOperations",
+                        op_id,
+                        Some((&self.address, self.port)),
+                    );
+                    span.record("sigcast.purpose", purpose.as_str_name());
+                    span
+                })
+            })
+            .collect();
+        let items = ops
+            .iter()
+            .zip(&spans)
+            .map(|((op_id, _), span)| SignOperationsItem {
+                request: Some(SignOperationRequest {
+                    op_id: op_id.clone(),
+                    purpose: purpose.into(),
+                    replaces_attempt: 0,
+                }),
+                traceparent: trace::traceparent(span).unwrap_or_default(),
+            })
+            .collect();
+        let answers: Vec<Result<u32, tonic::Status>> = match self
+            .client
+            .clone()
+            .sign_operations(SignOperationsRequest { items })
+            .await
+        {
+            Ok(response) => {
+                let results = response.into_inner().results;
+                let answered = results.len();
+                let mut results = results.into_iter();
+                ops.iter()
+                    .map(|(op_id, _)| match results.next() {
+                        Some(result) if answered == ops.len() && result.op_id == *op_id => {
+                            match result.result {
+                                Some(sign_operations_result::Result::Signed(signed)) => {
+                                    Ok(signed.attempt)
+                                }
+                                Some(sign_operations_result::Result::Error(error)) => {
+                                    Err(tonic::Status::with_details(
+                                        tonic::Code::from(error.code),
+                                        error.message,
+                                        error.details.into(),
+                                    ))
+                                }
+                                None => Err(tonic::Status::internal(
+                                    "the signer answered an operation with nothing",
+                                )),
+                            }
+                        }
+                        // Answers that do not match what was asked are no answers at all.
+                        _ => Err(tonic::Status::internal(format!(
+                            "the signer answered {answered} results for {} operations, \
+                             not in the order asked",
+                            ops.len()
+                        ))),
+                    })
+                    .collect()
+            }
+            Err(status) => ops.iter().map(|_| Err(status.clone())).collect(),
+        };
+        let mut results = Vec::with_capacity(answers.len());
+        for (span, answer) in spans.into_iter().zip(answers) {
+            let answer = trace::traced(span, RpcSide::Client, std::future::ready(answer)).await;
+            results.push(answer.map_err(classify));
+        }
+        results
     }
 }
 

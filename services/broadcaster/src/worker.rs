@@ -33,6 +33,8 @@ struct AtFeeCap;
 
 /// Operations of one state worked on per pass, shared fairly by the accounts with work.
 const PASS_BUDGET: usize = 1_024;
+/// First signatures asked for in one signer call (the signer takes at most 256).
+const SIGN_BATCH: usize = 256;
 /// How long a readiness probe may take.
 const PROBE_WITHIN: Duration = Duration::from_millis(1_500);
 /// How often records written by a data-format-1 process are given their work entries.
@@ -200,25 +202,54 @@ impl Worker {
     }
 
     /// RECEIVED → SIGNED (by the signer), or REJECTED if the signer refuses the operation.
+    /// An account's operations are signed together, in the order they were received, up to
+    /// [`SIGN_BATCH`] per call: the signer allocates their nonces and records them in one
+    /// transaction.
     async fn sign_stage(&self) -> anyhow::Result<()> {
-        let mut received = self.take(pb::OperationState::Received).await?;
-        // In an order of its own: replicas taking the same operations in the same order would
+        let mut by_account: BTreeMap<(String, String), Vec<pb::Operation>> = BTreeMap::new();
+        for op in self.take(pb::OperationState::Received).await? {
+            by_account
+                .entry((op.chain.clone(), op.account.clone()))
+                .or_default()
+                .push(op);
+        }
+        let mut batches = Vec::new();
+        for mut ops in by_account.into_values() {
+            ops.sort_by(|a, b| {
+                let created =
+                    |op: &pb::Operation| op.create_time.as_ref().map(|t| (t.seconds, t.nanos));
+                created(a)
+                    .cmp(&created(b))
+                    .then_with(|| a.op_id.cmp(&b.op_id))
+            });
+            let now = self.clock.now();
+            ops.retain(|op| decide(op, &Evidence::None, now, &self.rules) == Action::Sign);
+            batches.extend(ops.chunks(SIGN_BATCH).map(<[_]>::to_vec));
+        }
+        // In an order of its own: replicas taking the same accounts in the same order would
         // race for each, and one would win them all while the other only waits behind it.
-        rand::seq::SliceRandom::shuffle(received.as_mut_slice(), &mut rand::thread_rng());
-        futures::stream::iter(received)
-            .for_each_concurrent(self.concurrency, |op| async move {
-                let span = op_span("Sign", &op.op_id);
-                self.sign(op).instrument(span).await
-            })
+        rand::seq::SliceRandom::shuffle(batches.as_mut_slice(), &mut rand::thread_rng());
+        futures::stream::iter(batches)
+            .for_each_concurrent(self.concurrency, |ops| self.sign_together(ops))
             .await;
         Ok(())
     }
 
-    async fn sign(&self, op: pb::Operation) {
-        if decide(&op, &Evidence::None, self.clock.now(), &self.rules) != Action::Sign {
-            return;
+    /// First signatures of `ops` (one account's) in one signer call, and what each answer
+    /// means for its operation.
+    async fn sign_together(&self, ops: Vec<pb::Operation>) {
+        let asked: Vec<(String, tracing::Span)> = ops
+            .iter()
+            .map(|op| (op.op_id.clone(), op_span("Sign", &op.op_id)))
+            .collect();
+        let answers = self.signer.sign_first(&asked).await;
+        for ((op, (_, span)), answer) in ops.iter().zip(asked).zip(answers) {
+            self.signed(op, answer).instrument(span).await;
         }
-        match self.signer.sign(&op.op_id, SignPurpose::Initial, 0).await {
+    }
+
+    async fn signed(&self, op: &pb::Operation, answer: Result<u32, Refusal>) {
+        match answer {
             Ok(_) => {}
             Err(Refusal::Operation(reason)) => {
                 // The signer will never sign it (no key, or policy): it was never applied.
@@ -232,7 +263,7 @@ impl Worker {
                     }),
                     evidence: None,
                 };
-                self.settle(&op, settlement).await;
+                self.settle(op, settlement).await;
             }
             Err(Refusal::WaitingForNonceAccount) => {
                 tracing::debug!(sigcast.op_id = %op.op_id, "waiting for a durable-nonce account")

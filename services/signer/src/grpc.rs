@@ -90,6 +90,92 @@ impl api::signer_service_server::SignerService for Signer {
         })
         .await
     }
+    async fn sign_operations(
+        &self,
+        request: Request<api::SignOperationsRequest>,
+    ) -> Result<Response<api::SignOperationsResponse>, Status> {
+        let caller = self.authorize(&request).inspect_err(|_| {
+            metrics::inc(
+                &metrics::metrics().signer_refusals,
+                &[("reason", crate::error::CALLER_NOT_ALLOWED)],
+            );
+        })?;
+        let items = checked_items(request.into_inner())?;
+        // Each operation in its own trace: a server span per item, under the caller's span for
+        // that operation, open from now until its answer.
+        let spans: Vec<tracing::Span> = items
+            .iter()
+            .map(|(op_id, request, traceparent)| {
+                let span = trace::grpc_span(
+                    RpcSide::Server,
+                    api::signer_service_server::SERVICE_NAME,
+                    "SignOperations",
+                    op_id,
+                    None,
+                );
+                trace::attach_remote(&span, op_id, traceparent.as_deref());
+                span.record("sigcast.purpose", purpose_name(request.purpose));
+                span
+            })
+            .collect();
+        // First signatures together; replacements and re-signs each as SignOperation signs
+        // them, side by side.
+        let initial: Vec<(usize, String)> = items
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, request, _))| is_initial(request.purpose))
+            .map(|(index, (op_id, _, _))| (index, op_id.clone()))
+            .collect();
+        let initial_ids: Vec<String> = initial.iter().map(|(_, id)| id.clone()).collect();
+        let others = futures::future::join_all(
+            items
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, request, _))| !is_initial(request.purpose))
+                .map(|(index, (op_id, request, _))| {
+                    let caller = &caller;
+                    async move { (index, self.sign_request(op_id, request, caller).await) }
+                }),
+        );
+        let (batch, others) = tokio::join!(self.sign_batch(&initial_ids, &caller), others);
+        let mut answers: Vec<Option<crate::error::Result<crate::sign::Signed>>> =
+            items.iter().map(|_| None).collect();
+        for ((index, _), result) in initial.into_iter().zip(batch) {
+            answers[index] = Some(result);
+        }
+        for (index, result) in others {
+            answers[index] = Some(result);
+        }
+        let mut results = Vec::with_capacity(items.len());
+        for (((op_id, request, _), span), answer) in items.iter().zip(spans).zip(answers) {
+            let answer = answer.unwrap_or_else(|| Err(Error::UnknownPurpose(request.purpose)));
+            let purpose = purpose_name(request.purpose);
+            let result = trace::traced(span.clone(), RpcSide::Server, async {
+                count(&span, purpose, &answer);
+                answer.map_err(Status::from)
+            })
+            .await;
+            results.push(api::SignOperationsResult {
+                op_id: op_id.clone(),
+                result: Some(match result {
+                    Ok(signed) => {
+                        api::sign_operations_result::Result::Signed(api::SignOperationResponse {
+                            tx_id: signed.tx_id,
+                            attempt: signed.attempt,
+                            already_signed: signed.already_signed,
+                        })
+                    }
+                    Err(status) => api::sign_operations_result::Result::Error(api::SignError {
+                        code: status.code() as i32,
+                        message: status.message().to_owned(),
+                        details: status.details().to_vec(),
+                    }),
+                }),
+            });
+        }
+        Ok(Response::new(api::SignOperationsResponse { results }))
+    }
+
     async fn list_keys(
         &self,
         request: Request<api::ListKeysRequest>,
@@ -131,22 +217,7 @@ impl Signer {
         purpose: &'static str,
     ) -> Result<Response<api::SignOperationResponse>, Status> {
         let result = self.sign_request(op_id, request, caller).await;
-        match &result {
-            Ok(signed) => {
-                span.record("sigcast.attempt", signed.attempt);
-                if !signed.already_signed {
-                    metrics::inc(&metrics::metrics().signatures, &[("purpose", purpose)]);
-                    if signed.attempt == 1 {
-                        metrics::inc(&metrics::metrics().transitions, &[("state", "SIGNED")]);
-                    }
-                }
-            }
-            Err(error) => {
-                if let Some(reason) = error.refusal_reason() {
-                    metrics::inc(&metrics::metrics().signer_refusals, &[("reason", reason)]);
-                }
-            }
-        }
+        count(span, purpose, &result);
         let signed = result?;
         Ok(Response::new(api::SignOperationResponse {
             tx_id: signed.tx_id,
@@ -156,7 +227,7 @@ impl Signer {
     }
 
     /// Signs what `request` asks for.
-    async fn sign_request(
+    pub(crate) async fn sign_request(
         &self,
         op_id: &str,
         request: &api::SignOperationRequest,
@@ -177,5 +248,84 @@ impl Signer {
             }
             Err(_) => return Err(Error::UnknownPurpose(request.purpose)),
         })
+    }
+}
+
+/// The items of a SignOperations call, checked before anything is signed: at most
+/// [`MAX_BATCH`], each with a well-formed op_id that no other item names, and a known purpose.
+fn checked_items(
+    request: api::SignOperationsRequest,
+) -> Result<Vec<(String, api::SignOperationRequest, Option<String>)>, Status> {
+    if request.items.len() > MAX_BATCH {
+        return Err(Status::invalid_argument(format!(
+            "items: at most {MAX_BATCH} per call, got {}",
+            request.items.len()
+        )));
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut items = Vec::with_capacity(request.items.len());
+    for (i, item) in request.items.into_iter().enumerate() {
+        let request = item
+            .request
+            .ok_or_else(|| Status::invalid_argument(format!("items[{i}].request: required")))?;
+        let op_id =
+            sigcast_proto::parse_op_id(&format!("items[{i}].request.op_id"), &request.op_id)
+                .map_err(|v| Status::invalid_argument(v.to_string()))?;
+        if api::SignPurpose::try_from(request.purpose).is_err() {
+            return Err(Status::invalid_argument(format!(
+                "items[{i}].request.purpose: unknown value {}",
+                request.purpose
+            )));
+        }
+        if !seen.insert(op_id.as_str().to_owned()) {
+            return Err(Status::invalid_argument(format!(
+                "items[{i}].request.op_id: {:?} is asked for twice",
+                op_id.as_str()
+            )));
+        }
+        let traceparent = Some(item.traceparent).filter(|t| !t.is_empty());
+        items.push((op_id.as_str().to_owned(), request, traceparent));
+    }
+    Ok(items)
+}
+
+/// The most operations one SignOperations call may carry (its items share one transaction).
+const MAX_BATCH: usize = 256;
+
+fn is_initial(purpose: i32) -> bool {
+    matches!(
+        api::SignPurpose::try_from(purpose),
+        Ok(api::SignPurpose::Initial | api::SignPurpose::Unspecified)
+    )
+}
+
+fn purpose_name(purpose: i32) -> &'static str {
+    api::SignPurpose::try_from(purpose)
+        .unwrap_or(api::SignPurpose::Unspecified)
+        .as_str_name()
+}
+
+/// Counts one answer to a signature asked for (signatures made, operations SIGNED, refusals)
+/// and records its attempt on its span.
+fn count(
+    span: &tracing::Span,
+    purpose: &'static str,
+    result: &crate::error::Result<crate::sign::Signed>,
+) {
+    match result {
+        Ok(signed) => {
+            span.record("sigcast.attempt", signed.attempt);
+            if !signed.already_signed {
+                metrics::inc(&metrics::metrics().signatures, &[("purpose", purpose)]);
+                if signed.attempt == 1 {
+                    metrics::inc(&metrics::metrics().transitions, &[("state", "SIGNED")]);
+                }
+            }
+        }
+        Err(error) => {
+            if let Some(reason) = error.refusal_reason() {
+                metrics::inc(&metrics::metrics().signer_refusals, &[("reason", reason)]);
+            }
+        }
     }
 }

@@ -77,9 +77,9 @@ struct EvmChain {
     /// The same, in gwei, for messages.
     max_fee_per_gas_gwei: u64,
     /// The last fees read and when: under load every signature would otherwise read them.
-    fees: std::sync::Mutex<Option<(std::time::Instant, Fees)>>,
+    fees: Fresh<Fees>,
     /// Each account's nonce as last read from the chain, and when.
-    nonces: std::sync::Mutex<HashMap<Address, (std::time::Instant, u64)>>,
+    nonces: std::sync::Mutex<HashMap<Address, Arc<Fresh<u64>>>>,
     /// Set once an endpoint of the chain answered with the configured chain id. Nothing is
     /// signed for a chain before that: a transaction for one chain sent to another is at
     /// best wasted, at worst replayable there.
@@ -90,44 +90,94 @@ struct EvmChain {
 /// a rise in fees).
 const CHAIN_READS_FRESH_FOR: Duration = Duration::from_secs(1);
 
+/// A value read from the chain, reused for [`CHAIN_READS_FRESH_FOR`], and read once however
+/// many callers want it at the same moment: the first reads, the others wait for its answer
+/// (a batch of signatures, or concurrent calls, asked the node once each before any had
+/// filled the cache).
+struct Fresh<T> {
+    state: tokio::sync::Mutex<FreshState<T>>,
+}
+
+impl<T> Default for Fresh<T> {
+    fn default() -> Self {
+        Self {
+            state: tokio::sync::Mutex::new(FreshState {
+                value: None,
+                failed: None,
+            }),
+        }
+    }
+}
+
+struct FreshState<T> {
+    /// The last value read, and when.
+    value: Option<(std::time::Instant, T)>,
+    /// The last read that failed: when it ended, and why.
+    failed: Option<(std::time::Instant, String)>,
+}
+
+impl<T: Copy> Fresh<T> {
+    async fn get<F>(&self, read: impl FnOnce() -> F) -> sigcast_jsonrpc::Result<T>
+    where
+        F: std::future::Future<Output = sigcast_jsonrpc::Result<T>>,
+    {
+        let asked = std::time::Instant::now();
+        // Held across the read: whoever comes meanwhile waits for its answer.
+        let mut state = self.state.lock().await;
+        if let Some((at, value)) = state.value
+            && at.elapsed() < CHAIN_READS_FRESH_FOR
+        {
+            return Ok(value);
+        }
+        // A read that failed while this caller waited: its answer is this caller's too (a
+        // node that is down is not asked once more, one timeout after another, per waiting
+        // caller).
+        if let Some((at, why)) = &state.failed
+            && *at >= asked
+        {
+            return Err(sigcast_jsonrpc::Error::Shared(why.clone()));
+        }
+        match read().await {
+            Ok(value) => {
+                state.value = Some((std::time::Instant::now(), value));
+                Ok(value)
+            }
+            Err(error) => {
+                state.failed = Some((std::time::Instant::now(), error.to_string()));
+                Err(error)
+            }
+        }
+    }
+}
+
 impl EvmChain {
     /// The account's transaction count on chain, read at most once a second. Allocation takes
     /// the larger of it and the store's next nonce, so a value up to a second old only delays
     /// noticing a send made outside sigcast; it never hands out a used nonce twice (the store
     /// does not) and the broadcaster proves such a nonce consumed from fresh reads.
     async fn chain_nonce(&self, account: Address) -> sigcast_jsonrpc::Result<u64> {
-        let cached = self
+        let fresh = self
             .nonces
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&account)
-            .copied();
-        if let Some((_, nonce)) = cached.filter(|(at, _)| at.elapsed() < CHAIN_READS_FRESH_FOR) {
-            return Ok(nonce);
-        }
-        let nonce = self.pool.nonce(account).await?;
-        self.nonces
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(account, (std::time::Instant::now(), nonce));
-        Ok(nonce)
+            .entry(account)
+            .or_default()
+            .clone();
+        fresh.get(|| self.pool.nonce(account)).await
     }
 
     /// Fees for a new transaction now, of the configured type (read at most once a second).
     async fn current_fees(&self) -> sigcast_jsonrpc::Result<Fees> {
-        let cached = *self.fees.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, fees)) = cached.filter(|(at, _)| at.elapsed() < CHAIN_READS_FRESH_FOR) {
-            return Ok(fees);
-        }
-        let fees = match self.tx_type {
-            TxType::Eip1559 => self.pool.eip1559_fees().await?,
-            TxType::Legacy => Fees::Legacy {
-                gas_price: self.pool.gas_price().await?,
-            },
-        };
-        *self.fees.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some((std::time::Instant::now(), fees));
-        Ok(fees)
+        self.fees
+            .get(|| async {
+                Ok(match self.tx_type {
+                    TxType::Eip1559 => self.pool.eip1559_fees().await?,
+                    TxType::Legacy => Fees::Legacy {
+                        gas_price: self.pool.gas_price().await?,
+                    },
+                })
+            })
+            .await
     }
 }
 
@@ -219,7 +269,7 @@ impl Signer {
                     tx_type: chain.tx_type,
                     max_fee_per_gas: u128::from(chain.max_fee_per_gas_gwei) * 1_000_000_000,
                     max_fee_per_gas_gwei: chain.max_fee_per_gas_gwei,
-                    fees: std::sync::Mutex::new(None),
+                    fees: Fresh::default(),
                     nonces: std::sync::Mutex::new(HashMap::new()),
                     verified: std::sync::atomic::AtomicBool::new(false),
                 },
@@ -443,16 +493,162 @@ impl Signer {
         if op.chain.starts_with("solana:") {
             return self.sign_solana(op, caller).await;
         }
+        let request = self.prepare_initial_evm(&op, caller).await?;
+        let in_process = request.key.backend() == "keystore";
+        let outcome = self
+            .commit(in_process, move |tx| sign_initial_evm(tx, &request))
+            .await??;
+        if !outcome.already_signed {
+            tracing::info!(sigcast.op_id = %op_id, tx = %outcome.tx_id, "operation signed");
+        }
+        Ok(outcome)
+    }
+
+    /// First signatures of the recorded operations `op_ids` for `caller`, each answered as
+    /// [`Signer::sign`] answers it alone, in the order asked. Those of EVM keys held in this
+    /// process are committed together, in one store transaction: their nonces allocated in
+    /// the order asked, each checked, signed and recorded exactly as alone. One refused inside
+    /// the transaction is taken out, and the transaction runs again without it, so a refusal
+    /// never leaves a write of its own and never refuses another operation.
+    pub async fn sign_batch(&self, op_ids: &[String], caller: &str) -> Vec<Result<Signed>> {
+        let root = self.store.root().clone();
+        let ids = op_ids.to_vec();
+        let records = self
+            .store
+            .read_async(move |tx| {
+                ids.iter()
+                    .map(|id| operations::get(tx, &root, id))
+                    .collect::<sigcast_store::Result<Vec<_>>>()
+            })
+            .await;
+        let records = match records {
+            Ok(records) => records,
+            Err(error) => return each_failed(op_ids.len(), &error),
+        };
+        // Everything before the transaction, side by side: reading the records' intents, the
+        // key's policy, the chain's fees and nonces (each read once a second at most).
+        let prepared = futures::future::join_all(op_ids.iter().zip(records).map(
+            |(op_id, record)| async move {
+                let op = record.ok_or_else(|| Error::NotFound(op_id.clone()))?;
+                if let Some(done) = already_signed(&op)? {
+                    return Ok(Prepared::Done(done));
+                }
+                if op.chain.starts_with("solana:") {
+                    return self.sign_solana(op, caller).await.map(Prepared::Done);
+                }
+                let request = self.prepare_initial_evm(&op, caller).await?;
+                Ok(match request.key.backend() == "keystore" {
+                    true => Prepared::Together(request),
+                    false => Prepared::Alone(request),
+                })
+            },
+        ))
+        .await;
+        let mut results: Vec<Option<Result<Signed>>> = Vec::with_capacity(op_ids.len());
+        let mut together = Vec::new();
+        let mut alone = Vec::new();
+        for (index, prepared) in prepared.into_iter().enumerate() {
+            results.push(match prepared {
+                Ok(Prepared::Done(signed)) => Some(Ok(signed)),
+                Ok(Prepared::Together(request)) => {
+                    together.push((index, request));
+                    None
+                }
+                Ok(Prepared::Alone(request)) => {
+                    alone.push((index, request));
+                    None
+                }
+                Err(error) => Some(Err(error)),
+            });
+        }
+        // A token's signatures each in a transaction of its own, as `sign` commits them: a
+        // slow HSM must not hold the others' transaction open.
+        let alone =
+            futures::future::join_all(alone.into_iter().map(|(index, request)| async move {
+                (
+                    index,
+                    self.commit(false, move |tx| sign_initial_evm(tx, &request))
+                        .await
+                        .map_err(Error::from)
+                        .and_then(|signed| signed),
+                )
+            }));
+        let (alone, together) = tokio::join!(alone, self.commit_together(together));
+        for (index, result) in alone.into_iter().chain(together) {
+            if let Ok(signed) = &result
+                && !signed.already_signed
+            {
+                tracing::info!(sigcast.op_id = %op_ids[index], tx = %signed.tx_id, "operation signed");
+            }
+            results[index] = Some(result);
+        }
+        results
+            .into_iter()
+            .map(|result| result.unwrap_or_else(|| Err(Error::Store(lost()))))
+            .collect()
+    }
+
+    /// First EVM signatures in one store transaction (see [`Signer::sign_batch`]), with their
+    /// indexes in the batch.
+    async fn commit_together(
+        &self,
+        requests: Vec<(usize, InitialEvm)>,
+    ) -> Vec<(usize, Result<Signed>)> {
+        let (mut indexes, mut requests): (Vec<usize>, Vec<Arc<InitialEvm>>) = requests
+            .into_iter()
+            .map(|(index, request)| (index, Arc::new(request)))
+            .unzip();
+        let mut results = Vec::new();
+        while !requests.is_empty() {
+            let body_requests = requests.clone();
+            let outcome = self
+                .store
+                .run_grouped_or_refuse(move |tx| {
+                    let mut signed = Vec::with_capacity(body_requests.len());
+                    for (position, request) in body_requests.iter().enumerate() {
+                        match sign_initial_evm(tx, request)? {
+                            Ok(one) => signed.push(one),
+                            // Rolls back everything: the others are signed again without it.
+                            Err(refusal) => return Ok(Err((position, refusal))),
+                        }
+                    }
+                    Ok(Ok(signed))
+                })
+                .await;
+            match outcome {
+                Ok(Ok(signed)) => {
+                    results.extend(indexes.drain(..).zip(signed.into_iter().map(Ok)));
+                    break;
+                }
+                Ok(Err((position, refusal))) => {
+                    results.push((indexes.remove(position), Err(refusal)));
+                    requests.remove(position);
+                }
+                Err(error) => {
+                    let failed = each_failed(indexes.len(), &error);
+                    results.extend(indexes.drain(..).zip(failed));
+                    break;
+                }
+            }
+        }
+        results
+    }
+
+    /// Everything the first signature of the recorded EVM operation `op` needs before its
+    /// store transaction: its intent checked against the record, the key and the caller's and
+    /// key's policies, and the chain's nonce, fees and gas read.
+    async fn prepare_initial_evm(&self, op: &pb::Operation, caller: &str) -> Result<InitialEvm> {
+        let op_id = op.op_id.as_str();
         let Resolved {
             intent,
             chain_id,
             from,
             key,
             chain,
-        } = self.resolve(&op)?;
+        } = self.resolve(op)?;
         self.ensure_verified(op_id, chain_id, chain).await?;
         let from = Address::from(*from.as_bytes());
-        self.may_sign(&op, &intent)?;
+        self.may_sign(op, &intent)?;
         let policy = policy_for(&self.policies, &intent.account()).cloned();
         let value = match &intent {
             Intent::EvmTransfer(t) => {
@@ -499,7 +695,7 @@ impl Signer {
             gas_limit,
         ));
 
-        let request = InitialEvm {
+        Ok(InitialEvm {
             root: self.store.root().clone(),
             op_id: op_id.to_owned(),
             caller: caller.to_owned(),
@@ -511,16 +707,31 @@ impl Signer {
             gas_limit,
             fees,
             key,
-        };
-        let in_process = request.key.backend() == "keystore";
-        let outcome = self
-            .commit(in_process, move |tx| sign_initial_evm(tx, &request))
-            .await??;
-        if !outcome.already_signed {
-            tracing::info!(sigcast.op_id = %op_id, tx = %outcome.tx_id, "operation signed");
-        }
-        Ok(outcome)
+        })
     }
+}
+
+/// Where an operation of a batch goes once read (see [`Signer::sign_batch`]).
+enum Prepared {
+    /// Already answered: signed before, or a Solana signature made on its own.
+    Done(Signed),
+    /// Into the batch's one transaction.
+    Together(InitialEvm),
+    /// Into a transaction of its own (its key is in a token).
+    Alone(InitialEvm),
+}
+
+/// The same store failure for each of `count` operations.
+fn each_failed(count: usize, error: &sigcast_store::Error) -> Vec<Result<Signed>> {
+    (0..count)
+        .map(|_| Err(Error::Store(sigcast_store::Error::Task(error.to_string()))))
+        .collect()
+}
+
+/// An operation of a batch left without an answer: never expected, answered as a failure to
+/// retry rather than a panic.
+fn lost() -> sigcast_store::Error {
+    sigcast_store::Error::Task("an operation of the batch was left without an answer".into())
 }
 
 /// Everything the first signature of an EVM operation needs, read before its transaction.
@@ -1204,5 +1415,61 @@ mod fee_cap_tests {
         )
         .unwrap();
         assert!(bump.replaces(&low) && bump.max_per_gas() <= cap);
+    }
+}
+
+#[cfg(test)]
+mod fresh_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn callers_at_the_same_moment_share_one_read() {
+        let fresh = Arc::new(Fresh::<u64>::default());
+        let reads = Arc::new(AtomicU32::new(0));
+        let callers = (0..32).map(|_| {
+            let (fresh, reads) = (fresh.clone(), reads.clone());
+            tokio::spawn(async move {
+                fresh
+                    .get(|| async {
+                        reads.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        Ok(7)
+                    })
+                    .await
+            })
+        });
+        for answer in futures::future::join_all(callers).await {
+            assert_eq!(answer.unwrap().unwrap(), 7);
+        }
+        assert_eq!(reads.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_failed_read_answers_its_waiters_and_the_next_caller_reads_again() {
+        let fresh = Arc::new(Fresh::<u64>::default());
+        let reads = Arc::new(AtomicU32::new(0));
+        let failing = |fresh: Arc<Fresh<u64>>, reads: Arc<AtomicU32>| async move {
+            fresh
+                .get(|| async {
+                    reads.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    Err(sigcast_jsonrpc::Error::NoEndpoints)
+                })
+                .await
+        };
+        let callers = (0..8).map(|_| tokio::spawn(failing(fresh.clone(), reads.clone())));
+        for answer in futures::future::join_all(callers).await {
+            let error = answer.unwrap().unwrap_err();
+            assert!(error.to_string().contains("no RPC endpoint"), "{error}");
+        }
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            1,
+            "one read for all the waiters"
+        );
+        // A caller after the failure is not answered with it: it reads.
+        let value = fresh.get(|| async { Ok(9) }).await.unwrap();
+        assert_eq!(value, 9);
     }
 }

@@ -57,7 +57,20 @@ impl Endpoint for PoolEndpoint<'_> {
 #[derive(Debug)]
 pub struct PassCache<E> {
     inner: E,
-    answers: Mutex<HashMap<String, (std::time::Instant, Value)>>,
+    answers: Mutex<HashMap<String, std::sync::Arc<Slot>>>,
+}
+
+/// One request's kept answer. Locked across the read, so that the checks of a pass asking
+/// for the same thing at once (an account's nonce, a block) make one request, not one each.
+#[derive(Debug, Default)]
+struct Slot(tokio::sync::Mutex<SlotState>);
+
+#[derive(Debug, Default)]
+struct SlotState {
+    /// The answer, and when it came.
+    value: Option<(std::time::Instant, Value)>,
+    /// The last failure, and when it came: answered to those who waited for it.
+    failed: Option<(std::time::Instant, RpcError)>,
 }
 
 impl<E> PassCache<E> {
@@ -100,29 +113,45 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
             return self.inner.request(method, params).await;
         };
         let key = format!("{method}{params}");
-        if let Some((at, value)) = self
+        let slot = self
             .answers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
+            .entry(key)
+            .or_default()
+            .clone();
+        let asked = std::time::Instant::now();
+        let mut state = slot.0.lock().await;
+        if let Some((at, value)) = &state.value
             && at.elapsed() < reuse
         {
             return Ok(value.clone());
+        }
+        // A read that failed while this one waited for it: its answer (one node that does
+        // not answer is not asked again, one timeout after another, by every waiting check).
+        if let Some((at, error)) = &state.failed
+            && *at >= asked
+        {
+            return Err(error.clone());
         }
         // A block asked for without its transactions is read for its header; the hashes it
         // lists (a thousand at a thousand transactions a block) would be copied with every
         // answer from the cache, once per operation checked, and read by none.
         let header_only = method == "eth_getBlockByNumber"
             && params.get(1).and_then(Value::as_bool) == Some(false);
-        let mut value = self.inner.request(method, params).await?;
-        if header_only && let Some(block) = value.as_object_mut() {
-            block.remove("transactions");
+        match self.inner.request(method, params).await {
+            Ok(mut value) => {
+                if header_only && let Some(block) = value.as_object_mut() {
+                    block.remove("transactions");
+                }
+                state.value = Some((std::time::Instant::now(), value.clone()));
+                Ok(value)
+            }
+            Err(error) => {
+                state.failed = Some((std::time::Instant::now(), error.clone()));
+                Err(error)
+            }
         }
-        self.answers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key, (std::time::Instant::now(), value.clone()));
-        Ok(value)
     }
 }
 
@@ -150,6 +179,54 @@ mod tests {
                 }
             };
             Ok(json!({"number": params[0], "hash": "0xb1", "transactions": [tx(1), tx(2)]}))
+        }
+    }
+
+    /// A node that takes 50 ms to answer a nonce (or fails to), counting what it is asked.
+    struct Slow {
+        asked: Mutex<usize>,
+        fails: bool,
+    }
+
+    impl Endpoint for Slow {
+        fn label(&self) -> &str {
+            "http://slow:8545"
+        }
+
+        async fn request(&self, _method: &str, _params: Value) -> Result<Value, RpcError> {
+            *self.asked.lock().unwrap() += 1;
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            match self.fails {
+                true => Err(RpcError::Http {
+                    endpoint: self.label().into(),
+                    status: 503,
+                }),
+                false => Ok(json!("0x7")),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn reads_of_one_thing_at_once_are_one_read() {
+        // Found under load: the checks of a pass run side by side, and every check of an
+        // account asked the node for its nonce before the first answer was kept.
+        for fails in [false, true] {
+            let cache = PassCache::new(Slow {
+                asked: Mutex::new(0),
+                fails,
+            });
+            let reads =
+                (0..16).map(|_| cache.request("eth_getTransactionCount", json!(["0xabc", "0x10"])));
+            let answers = futures::future::join_all(reads).await;
+            assert!(answers.iter().all(|a| a.is_ok() != fails), "{answers:?}");
+            assert_eq!(*cache.inner.asked.lock().unwrap(), 1, "fails: {fails}");
+            if fails {
+                // A failure answers those who waited for it, not those who come after.
+                let _ = cache
+                    .request("eth_getTransactionCount", json!(["0xabc", "0x10"]))
+                    .await;
+                assert_eq!(*cache.inner.asked.lock().unwrap(), 2);
+            }
         }
     }
 

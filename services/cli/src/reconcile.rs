@@ -92,7 +92,7 @@ async fn evm(op: &pb::Operation, chain_id: u64, rpc: &EvmRpc) -> Result<Read> {
                 continue;
             }
         }
-        match sigcast_evm::evidence::read_view(&endpoint, account, nonce, &hashes).await {
+        match sigcast_evm::evidence::read_view(&endpoint, account, nonce, &hashes, None).await {
             Ok(view) => views.push(view),
             Err(error) => facts.push(("unreadable".into(), error.to_string())),
         }

@@ -6,6 +6,7 @@ use sigcast_proto::sigcast::signer::v1 as api;
 use sigcast_telemetry::metrics;
 use sigcast_telemetry::trace::{self, RpcSide};
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 /// Who is calling: the peer uid on a Unix socket (checked against the allow-list when the
 /// connection was accepted); over mTLS the client certificate's identity (URI/DNS SAN, else
@@ -120,27 +121,32 @@ impl api::signer_service_server::SignerService for Signer {
             .collect();
         // First signatures together; replacements and re-signs each as SignOperation signs
         // them, side by side.
-        let initial: Vec<(usize, String)> = items
+        let initial: Vec<usize> = items
             .iter()
             .enumerate()
             .filter(|(_, (_, request, _))| is_initial(request.purpose))
-            .map(|(index, (op_id, _, _))| (index, op_id.clone()))
+            .map(|(index, _)| index)
             .collect();
-        let initial_ids: Vec<String> = initial.iter().map(|(_, id)| id.clone()).collect();
+        let asked: Vec<(String, tracing::Span)> = initial
+            .iter()
+            .map(|&index| (items[index].0.clone(), spans[index].clone()))
+            .collect();
         let others = futures::future::join_all(
             items
                 .iter()
+                .zip(&spans)
                 .enumerate()
-                .filter(|(_, (_, request, _))| !is_initial(request.purpose))
-                .map(|(index, (op_id, request, _))| {
+                .filter(|(_, ((_, request, _), _))| !is_initial(request.purpose))
+                .map(|(index, ((op_id, request, _), span))| {
                     let caller = &caller;
-                    async move { (index, self.sign_request(op_id, request, caller).await) }
+                    let sign = self.sign_request(op_id, request, caller);
+                    async move { (index, sign.instrument(span.clone()).await) }
                 }),
         );
-        let (batch, others) = tokio::join!(self.sign_batch(&initial_ids, &caller), others);
+        let (batch, others) = tokio::join!(self.sign_batch(&asked, &caller), others);
         let mut answers: Vec<Option<crate::error::Result<crate::sign::Signed>>> =
             items.iter().map(|_| None).collect();
-        for ((index, _), result) in initial.into_iter().zip(batch) {
+        for (index, result) in initial.into_iter().zip(batch) {
             answers[index] = Some(result);
         }
         for (index, result) in others {

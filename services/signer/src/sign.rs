@@ -504,47 +504,66 @@ impl Signer {
         Ok(outcome)
     }
 
-    /// First signatures of the recorded operations `op_ids` for `caller`, each answered as
-    /// [`Signer::sign`] answers it alone, in the order asked. Those of EVM keys held in this
-    /// process are committed together, in one store transaction: their nonces allocated in
-    /// the order asked, each checked, signed and recorded exactly as alone. One refused inside
-    /// the transaction is taken out, and the transaction runs again without it, so a refusal
-    /// never leaves a write of its own and never refuses another operation.
-    pub async fn sign_batch(&self, op_ids: &[String], caller: &str) -> Vec<Result<Signed>> {
+    /// First signatures of the recorded operations `asked` (each with its span) for `caller`,
+    /// each answered as [`Signer::sign`] answers it alone, in the order asked. Those of EVM
+    /// keys held in this process are committed together, in one store transaction: their
+    /// nonces allocated in the order asked, each checked, signed and recorded exactly as
+    /// alone (see [`Signer::commit_together`] for when that transaction cannot commit).
+    pub async fn sign_batch(
+        &self,
+        asked: &[(String, tracing::Span)],
+        caller: &str,
+    ) -> Vec<Result<Signed>> {
+        use tracing::Instrument;
         let root = self.store.root().clone();
-        let ids = op_ids.to_vec();
-        let records = self
+        let ids: Vec<String> = asked.iter().map(|(id, _)| id.clone()).collect();
+        let records: Vec<Result<Option<pb::Operation>>> = match self
             .store
             .read_async(move |tx| {
                 ids.iter()
                     .map(|id| operations::get(tx, &root, id))
                     .collect::<sigcast_store::Result<Vec<_>>>()
             })
-            .await;
-        let records = match records {
-            Ok(records) => records,
-            Err(error) => return each_failed(op_ids.len(), &error),
+            .await
+        {
+            Ok(records) => records.into_iter().map(Ok).collect(),
+            // One record that does not read fails only its own operation.
+            Err(_) => {
+                futures::future::join_all(asked.iter().map(|(id, _)| {
+                    let (root, id) = (self.store.root().clone(), id.clone());
+                    async move {
+                        Ok(self
+                            .store
+                            .read_async(move |tx| operations::get(tx, &root, &id))
+                            .await?)
+                    }
+                }))
+                .await
+            }
         };
-        // Everything before the transaction, side by side: reading the records' intents, the
-        // key's policy, the chain's fees and nonces (each read once a second at most).
-        let prepared = futures::future::join_all(op_ids.iter().zip(records).map(
-            |(op_id, record)| async move {
-                let op = record.ok_or_else(|| Error::NotFound(op_id.clone()))?;
-                if let Some(done) = already_signed(&op)? {
-                    return Ok(Prepared::Done(done));
+        // Everything before the transaction, side by side, each in its operation's span:
+        // reading the records' intents, the key's policy, the chain's fees and nonces (each
+        // read once for all who ask at once).
+        let prepared =
+            futures::future::join_all(asked.iter().zip(records).map(|((op_id, span), record)| {
+                async move {
+                    let op = record?.ok_or_else(|| Error::NotFound(op_id.clone()))?;
+                    if let Some(done) = already_signed(&op)? {
+                        return Ok(Prepared::Done(done));
+                    }
+                    if op.chain.starts_with("solana:") {
+                        return self.sign_solana(op, caller).await.map(Prepared::Done);
+                    }
+                    let request = self.prepare_initial_evm(&op, caller).await?;
+                    Ok(match request.key.backend() == "keystore" {
+                        true => Prepared::Together(request),
+                        false => Prepared::Alone(request),
+                    })
                 }
-                if op.chain.starts_with("solana:") {
-                    return self.sign_solana(op, caller).await.map(Prepared::Done);
-                }
-                let request = self.prepare_initial_evm(&op, caller).await?;
-                Ok(match request.key.backend() == "keystore" {
-                    true => Prepared::Together(request),
-                    false => Prepared::Alone(request),
-                })
-            },
-        ))
-        .await;
-        let mut results: Vec<Option<Result<Signed>>> = Vec::with_capacity(op_ids.len());
+                .instrument(span.clone())
+            }))
+            .await;
+        let mut results: Vec<Option<Result<Signed>>> = Vec::with_capacity(asked.len());
         let mut together = Vec::new();
         let mut alone = Vec::new();
         for (index, prepared) in prepared.into_iter().enumerate() {
@@ -562,23 +581,30 @@ impl Signer {
             });
         }
         // A token's signatures each in a transaction of its own, as `sign` commits them: a
-        // slow HSM must not hold the others' transaction open.
-        let alone =
-            futures::future::join_all(alone.into_iter().map(|(index, request)| async move {
-                (
-                    index,
-                    self.commit(false, move |tx| sign_initial_evm(tx, &request))
-                        .await
-                        .map_err(Error::from)
-                        .and_then(|signed| signed),
-                )
-            }));
+        // slow HSM must not hold the others' transaction open. One after the other, so that
+        // their nonces too follow the order asked.
+        let alone = async {
+            let mut signed = Vec::with_capacity(alone.len());
+            for (index, request) in alone {
+                let one = self
+                    .commit(false, move |tx| sign_initial_evm(tx, &request))
+                    .instrument(asked[index].1.clone())
+                    .await
+                    .map_err(Error::from)
+                    .and_then(|signed| signed);
+                signed.push((index, one));
+            }
+            signed
+        };
         let (alone, together) = tokio::join!(alone, self.commit_together(together));
         for (index, result) in alone.into_iter().chain(together) {
+            let (op_id, span) = &asked[index];
             if let Ok(signed) = &result
                 && !signed.already_signed
             {
-                tracing::info!(sigcast.op_id = %op_ids[index], tx = %signed.tx_id, "operation signed");
+                span.in_scope(|| {
+                    tracing::info!(sigcast.op_id = %op_id, tx = %signed.tx_id, "operation signed")
+                });
             }
             results[index] = Some(result);
         }
@@ -589,47 +615,57 @@ impl Signer {
     }
 
     /// First EVM signatures in one store transaction (see [`Signer::sign_batch`]), with their
-    /// indexes in the batch.
+    /// indexes in the batch. When that transaction cannot commit — one of them refused inside
+    /// it (its rolling window, the interlock), or it is more than one transaction may hold (48
+    /// contract calls of 128 KiB), or the store failed — every one is signed again alone, in
+    /// order: a refusal or a size costs no other operation its signature, and a refused one
+    /// costs one more transaction, not a re-run of the rest per refusal.
     async fn commit_together(
         &self,
         requests: Vec<(usize, InitialEvm)>,
     ) -> Vec<(usize, Result<Signed>)> {
-        let (mut indexes, mut requests): (Vec<usize>, Vec<Arc<InitialEvm>>) = requests
+        let (indexes, requests): (Vec<usize>, Vec<Arc<InitialEvm>>) = requests
             .into_iter()
             .map(|(index, request)| (index, Arc::new(request)))
             .unzip();
-        let mut results = Vec::new();
-        while !requests.is_empty() {
-            let body_requests = requests.clone();
-            let outcome = self
-                .store
-                .run_grouped_or_refuse(move |tx| {
-                    let mut signed = Vec::with_capacity(body_requests.len());
-                    for (position, request) in body_requests.iter().enumerate() {
-                        match sign_initial_evm(tx, request)? {
-                            Ok(one) => signed.push(one),
-                            // Rolls back everything: the others are signed again without it.
-                            Err(refusal) => return Ok(Err((position, refusal))),
-                        }
+        let body_requests = requests.clone();
+        let together = self
+            .store
+            .run_grouped_or_refuse(move |tx| {
+                let mut signed = Vec::with_capacity(body_requests.len());
+                for request in body_requests.iter() {
+                    match sign_initial_evm(tx, request)? {
+                        Ok(one) => signed.push(one),
+                        // Rolls back everything: each is signed again alone.
+                        Err(refusal) => return Ok(Err(refusal)),
                     }
-                    Ok(Ok(signed))
-                })
-                .await;
-            match outcome {
-                Ok(Ok(signed)) => {
-                    results.extend(indexes.drain(..).zip(signed.into_iter().map(Ok)));
-                    break;
                 }
-                Ok(Err((position, refusal))) => {
-                    results.push((indexes.remove(position), Err(refusal)));
-                    requests.remove(position);
-                }
-                Err(error) => {
-                    let failed = each_failed(indexes.len(), &error);
-                    results.extend(indexes.drain(..).zip(failed));
-                    break;
-                }
+                Ok(Ok(signed))
+            })
+            .await;
+        match together {
+            Ok(Ok(signed)) => {
+                return indexes
+                    .into_iter()
+                    .zip(signed.into_iter().map(Ok))
+                    .collect();
             }
+            Ok(Err(refusal)) => {
+                tracing::debug!(%refusal, "an operation of the batch was refused: signing each alone")
+            }
+            Err(error) => {
+                tracing::warn!(%error, operations = indexes.len(), "the batch did not commit: signing each alone")
+            }
+        }
+        let mut results = Vec::with_capacity(indexes.len());
+        for (index, request) in indexes.into_iter().zip(requests) {
+            let signed = self
+                .store
+                .run_grouped_or_refuse(move |tx| sign_initial_evm(tx, &request))
+                .await
+                .map_err(Error::from)
+                .and_then(|signed| signed);
+            results.push((index, signed));
         }
         results
     }
@@ -719,13 +755,6 @@ enum Prepared {
     Together(InitialEvm),
     /// Into a transaction of its own (its key is in a token).
     Alone(InitialEvm),
-}
-
-/// The same store failure for each of `count` operations.
-fn each_failed(count: usize, error: &sigcast_store::Error) -> Vec<Result<Signed>> {
-    (0..count)
-        .map(|_| Err(Error::Store(sigcast_store::Error::Task(error.to_string()))))
-        .collect()
 }
 
 /// An operation of a batch left without an answer: never expected, answered as a failure to

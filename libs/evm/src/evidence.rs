@@ -11,6 +11,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sigcast_jsonrpc::{Endpoint, RpcError, quantity};
 use sigcast_protocol::{BlockRef, EvmLanded, EvmView};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 /// Blocks below the head past which a transaction the node indexes by hash, without its
 /// receipt, is no longer taken for a receipt on its way: its block is searched instead.
@@ -19,6 +21,126 @@ const RECEIPT_LAG_LIMIT: u64 = 64;
 /// Blocks scanned back from the head for the transaction at a nonce when the endpoint keeps
 /// no state for older blocks (a pruned node cannot answer the nonce at a past block).
 const SCAN_BLOCKS: u64 = 128;
+
+/// Blocks back from the head whose whole receipts are looked through (see
+/// [`RecentReceipts`]); an inclusion further down is read by its own receipt.
+const RECENT_BLOCKS: u64 = 4;
+
+/// How far below the newest block asked for a block's receipts are kept.
+const KEEP_BLOCKS: u64 = 16;
+
+/// Whole blocks' receipts (`eth_getBlockReceipts`), each block read once per endpoint and
+/// kept across passes while it is recent. Under load a block holds many operations' sends,
+/// and a node builds one receipt for a whole block's list at a fraction of what it spends on
+/// each alone (anvil, a 1,000-transaction block: 0.24 ms a receipt in the list, 0.65 ms
+/// alone); kept by block hash, so a reorg reads the new block's. A list that does not hold
+/// together (a receipt that does not parse, of another block) is not used: its transactions
+/// are read one by one, as without this.
+#[derive(Debug, Default)]
+pub struct RecentReceipts {
+    /// Per (endpoint, block number, block hash).
+    blocks: std::sync::Mutex<HashMap<BlockOf, Arc<tokio::sync::Mutex<Fetch>>>>,
+    /// Endpoints that do not serve `eth_getBlockReceipts`.
+    unsupported: std::sync::Mutex<HashSet<String>>,
+}
+
+/// A block of an endpoint: (endpoint, block number, block hash).
+type BlockOf = (String, u64, String);
+
+/// A block's receipts, by transaction hash.
+type BlockReceipts = Arc<HashMap<B256, crate::rpc::Receipt>>;
+
+#[derive(Debug, Default)]
+enum Fetch {
+    #[default]
+    NotYet,
+    Read(BlockReceipts),
+    /// The last read failed, or did not hold together, at this time.
+    Failed(std::time::Instant),
+}
+
+impl RecentReceipts {
+    /// The receipts of the endpoint's block `number`, whose canonical hash is `hash`: read
+    /// once (those who ask meanwhile wait for that read), `None` when unreadable.
+    async fn block(
+        &self,
+        endpoint: &impl Endpoint,
+        number: u64,
+        hash: &str,
+    ) -> Option<BlockReceipts> {
+        let label = endpoint.label();
+        if self
+            .unsupported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(label)
+        {
+            return None;
+        }
+        let slot = {
+            let mut blocks = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
+            blocks.retain(|(of, kept, _), _| of != label || kept + KEEP_BLOCKS > number);
+            blocks
+                .entry((label.to_owned(), number, hash.to_owned()))
+                .or_default()
+                .clone()
+        };
+        let asked = std::time::Instant::now();
+        let mut fetch = slot.lock().await;
+        match &*fetch {
+            Fetch::Read(receipts) => return Some(receipts.clone()),
+            // Failed while this one waited: not asked again at once by every waiting check.
+            Fetch::Failed(at) if *at >= asked => return None,
+            _ => {}
+        }
+        match endpoint
+            .request("eth_getBlockReceipts", json!([hex(number)]))
+            .await
+        {
+            Ok(value) => match block_receipts(&value, number, hash) {
+                Some(receipts) => {
+                    *fetch = Fetch::Read(receipts.clone());
+                    Some(receipts)
+                }
+                None => {
+                    *fetch = Fetch::Failed(std::time::Instant::now());
+                    None
+                }
+            },
+            // Method not found, or not allowed here: never asked of this endpoint again.
+            Err(RpcError::Node { code, .. }) if code == -32601 || code == -32600 => {
+                tracing::info!(
+                    endpoint = label,
+                    code,
+                    "endpoint does not serve eth_getBlockReceipts: receipts read one by one"
+                );
+                self.unsupported
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(label.to_owned());
+                None
+            }
+            Err(_) => {
+                *fetch = Fetch::Failed(std::time::Instant::now());
+                None
+            }
+        }
+    }
+}
+
+/// A block's receipt list, if it holds together: every receipt parses and is of the block
+/// `number` with `hash`.
+fn block_receipts(value: &Value, number: u64, hash: &str) -> Option<BlockReceipts> {
+    let mut receipts = HashMap::new();
+    for value in value.as_array()? {
+        let receipt = parse_receipt(value)?;
+        if receipt.block_number != number || receipt.block_hash.to_string() != hash {
+            return None;
+        }
+        receipts.insert(receipt.tx_hash, receipt);
+    }
+    Some(Arc::new(receipts))
+}
 
 fn hex(n: u64) -> String {
     format!("0x{n:x}")
@@ -87,6 +209,7 @@ pub async fn read_view(
     account: Address,
     nonce: u64,
     attempts: &[B256],
+    recent: Option<&RecentReceipts>,
 ) -> Result<EvmView, RpcError> {
     let latest = endpoint
         .request("eth_getBlockByNumber", json!(["latest", false]))
@@ -99,7 +222,34 @@ pub async fn read_view(
     // and the next read finds it. Most reads of a waiting operation are these, and a receipt
     // costs the node far more than the nonce it shares with the account's other operations.
     let unused = account_nonce.is_some_and(|n| n <= nonce);
-    for hash in attempts.iter().filter(|_| !unused) {
+    // Under load, first in the recent blocks' whole receipt lists: one read per block for
+    // all the operations it holds.
+    if let Some(recent) = recent.filter(|_| !unused) {
+        'blocks: for number in (head.number.saturating_sub(RECENT_BLOCKS - 1)..=head.number).rev() {
+            let Some(hash) = canonical_hash(endpoint, number).await else {
+                continue;
+            };
+            let Some(receipts) = recent.block(endpoint, number, &hash).await else {
+                continue;
+            };
+            for attempt in attempts {
+                if let Some(receipt) = receipts.get(attempt) {
+                    landed = Some(EvmLanded {
+                        tx: receipt.tx_hash.to_string(),
+                        block: BlockRef {
+                            number,
+                            hash: hash.clone(),
+                        },
+                        canonical_hash: Some(hash.clone()),
+                        success: Some(receipt.success),
+                    });
+                    break 'blocks;
+                }
+            }
+        }
+    }
+    let found_in_list = landed.is_some();
+    for hash in attempts.iter().filter(|_| !unused && !found_in_list) {
         let Ok(value) = endpoint
             .request("eth_getTransactionReceipt", json!([hash.to_string()]))
             .await
@@ -389,6 +539,147 @@ mod tests {
         format!("0x{}", byte.repeat(32)).parse().unwrap()
     }
 
+    /// How a node under load answers a block's receipt list.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Lists {
+        /// As it should.
+        Served,
+        /// Each receipt names another block hash than the block's own.
+        OfAnotherBlock,
+        /// Method not found.
+        Unsupported,
+    }
+
+    /// A node at block 10 where our transaction at nonce 5 landed in block 9 (the account's
+    /// nonce 6 from there), with a receipt of its own and one in block 9's list.
+    struct Loaded {
+        ours: B256,
+        lists: Lists,
+        asked: Mutex<Vec<String>>,
+    }
+
+    impl Endpoint for Loaded {
+        fn label(&self) -> &str {
+            "http://loaded:8545"
+        }
+
+        async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+            self.asked.lock().unwrap().push(method.to_owned());
+            tokio::task::yield_now().await; // others' reads interleave
+            let number = |tag: &Value| match tag.as_str() {
+                Some("latest") => 10,
+                Some(hex) => u64::from_str_radix(&hex[2..], 16).unwrap(),
+                None => unreachable!(),
+            };
+            let receipt = |block: &str| {
+                json!({"transactionHash": self.ours.to_string(), "blockNumber": hex(9),
+                       "blockHash": block, "status": "0x1"})
+            };
+            Ok(match method {
+                "eth_getBlockByNumber" => {
+                    let n = number(&params[0]);
+                    json!({"number": hex(n), "hash": block_hash(n)})
+                }
+                "eth_getTransactionCount" => {
+                    json!(hex(if number(&params[1]) >= 9 { 6 } else { 5 }))
+                }
+                "eth_getBlockReceipts" => match (self.lists, number(&params[0])) {
+                    (Lists::Unsupported, _) => {
+                        return Err(RpcError::Node {
+                            endpoint: self.label().to_owned(),
+                            code: -32601,
+                            message: "method not found".into(),
+                        });
+                    }
+                    (Lists::Served, 9) => json!([receipt(&block_hash(9))]),
+                    (Lists::OfAnotherBlock, 9) => json!([receipt(&block_hash(99))]),
+                    _ => json!([]),
+                },
+                "eth_getTransactionReceipt" => receipt(&block_hash(9)),
+                other => unreachable!("{other}"),
+            })
+        }
+    }
+
+    fn asked_for(node: &Loaded, method: &str) -> usize {
+        node.asked
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|m| *m == method)
+            .count()
+    }
+
+    #[tokio::test]
+    async fn under_load_an_inclusion_is_read_from_its_block_s_receipt_list_once_per_block() {
+        let node = Loaded {
+            ours: tx("ab"),
+            lists: Lists::Served,
+            asked: Mutex::default(),
+        };
+        let recent = RecentReceipts::default();
+        let ours = [node.ours];
+        let reads =
+            (0..8).map(|_| read_view(&node, ACCOUNT.parse().unwrap(), 5, &ours, Some(&recent)));
+        for view in futures::future::join_all(reads).await {
+            let landed = view.unwrap().landed.expect("ours, in block 9");
+            assert_eq!(landed.tx, node.ours.to_string());
+            assert_eq!(landed.block.number, 9);
+            assert_eq!(landed.block.hash, block_hash(9));
+            assert_eq!(landed.canonical_hash, Some(block_hash(9)));
+            assert_eq!(landed.success, Some(true));
+        }
+        // Blocks 10 and 9, once each for the eight; no receipt of its own.
+        assert_eq!(asked_for(&node, "eth_getBlockReceipts"), 2);
+        assert_eq!(asked_for(&node, "eth_getTransactionReceipt"), 0);
+        // Kept for the next pass.
+        read_view(
+            &node,
+            ACCOUNT.parse().unwrap(),
+            5,
+            &[node.ours],
+            Some(&recent),
+        )
+        .await
+        .unwrap();
+        assert_eq!(asked_for(&node, "eth_getBlockReceipts"), 2);
+    }
+
+    #[tokio::test]
+    async fn a_receipt_list_that_does_not_hold_together_or_is_not_served_is_not_used() {
+        for lists in [Lists::OfAnotherBlock, Lists::Unsupported] {
+            let node = Loaded {
+                ours: tx("ab"),
+                lists,
+                asked: Mutex::default(),
+            };
+            let recent = RecentReceipts::default();
+            for _ in 0..2 {
+                let view = read_view(
+                    &node,
+                    ACCOUNT.parse().unwrap(),
+                    5,
+                    &[node.ours],
+                    Some(&recent),
+                )
+                .await
+                .unwrap();
+                // Read from its own receipt instead, in block 9 as the header says.
+                let landed = view.landed.expect("ours, from its receipt");
+                assert_eq!((landed.block.number, landed.success), (9, Some(true)));
+                assert_eq!(landed.canonical_hash, Some(block_hash(9)));
+            }
+            assert_eq!(asked_for(&node, "eth_getTransactionReceipt"), 2);
+            if lists == Lists::Unsupported {
+                assert_eq!(
+                    asked_for(&node, "eth_getBlockReceipts"),
+                    1,
+                    "an endpoint without the method is not asked again"
+                );
+            }
+        }
+    }
+
     #[tokio::test]
     async fn no_receipt_is_asked_for_while_the_account_nonce_has_not_passed_ours() {
         let ours = tx("ab");
@@ -401,7 +692,7 @@ mod tests {
         };
         // Nonce 6 is the account's next at the head: nothing of ours can be at or below it.
         let waiting = node(false);
-        let view = read_view(&waiting, ACCOUNT.parse().unwrap(), 6, &[ours])
+        let view = read_view(&waiting, ACCOUNT.parse().unwrap(), 6, &[ours], None)
             .await
             .unwrap();
         assert_eq!((view.account_nonce, view.landed), (Some(6), None));
@@ -414,7 +705,7 @@ mod tests {
         );
         // Without the account's state, nothing says so: the receipt is asked for.
         let stateless = node(true);
-        read_view(&stateless, ACCOUNT.parse().unwrap(), 6, &[ours])
+        read_view(&stateless, ACCOUNT.parse().unwrap(), 6, &[ours], None)
             .await
             .unwrap();
         let asked = stateless.asked.lock().unwrap().clone();
@@ -436,7 +727,7 @@ mod tests {
             no_state: false,
             asked: Mutex::default(),
         };
-        let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours])
+        let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours], None)
             .await
             .unwrap();
         let landed = view.landed.expect("ours, in block 7");
@@ -483,7 +774,7 @@ mod tests {
                 no_state: false,
                 asked: Mutex::default(),
             };
-            let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours])
+            let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours], None)
                 .await
                 .unwrap();
             let landed = view.landed.expect("the nonce's user, found in block 7");
@@ -503,7 +794,7 @@ mod tests {
                 no_state: false,
                 asked: Mutex::default(),
             };
-            let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours])
+            let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours], None)
                 .await
                 .unwrap();
             assert_eq!(

@@ -82,6 +82,7 @@ pub(crate) async fn read_view(
     endpoint: &impl Endpoint,
     op: &pb::Operation,
     chain: &Chain,
+    recent: Option<&sigcast_evm::evidence::RecentReceipts>,
 ) -> Option<View> {
     match ChainId::parse(&op.chain).ok()? {
         ChainId::Evm { chain_id } => {
@@ -120,7 +121,9 @@ pub(crate) async fn read_view(
                 .iter()
                 .filter_map(|a| a.tx_id.parse().ok())
                 .collect();
-            match sigcast_evm::evidence::read_view(endpoint, account, nonce, &attempts).await {
+            match sigcast_evm::evidence::read_view(endpoint, account, nonce, &attempts, recent)
+                .await
+            {
                 Ok(view) => Some(View::Evm(view)),
                 Err(error) => {
                     tracing::debug!(sigcast.op_id = %op.op_id, %error, "evidence unreadable");
@@ -325,7 +328,7 @@ mod tests {
         // Configured (or known by name): another genesis is refused, before anything else.
         let other = node("GenesisOfAnotherCluster");
         assert!(
-            read_view(&other, &solana_op(), &solana(Some("OurGenesis")))
+            read_view(&other, &solana_op(), &solana(Some("OurGenesis")), None)
                 .await
                 .is_none()
         );
@@ -334,7 +337,8 @@ mod tests {
             read_view(
                 &node("OurGenesis"),
                 &solana_op(),
-                &solana(Some("OurGenesis"))
+                &solana(Some("OurGenesis")),
+                None
             )
             .await
             .is_some()
@@ -343,7 +347,7 @@ mod tests {
         // here the configured one does not answer, so no endpoint's view counts.
         let unpinned = solana(None);
         assert!(
-            read_view(&node("First"), &solana_op(), &unpinned)
+            read_view(&node("First"), &solana_op(), &unpinned, None)
                 .await
                 .is_none()
         );
@@ -357,7 +361,7 @@ mod tests {
             .expecting_cluster("devnet", None),
         );
         assert!(
-            read_view(&node("First"), &solana_op(), &devnet)
+            read_view(&node("First"), &solana_op(), &devnet, None)
                 .await
                 .is_none()
         );
@@ -370,7 +374,7 @@ mod tests {
             genesis: "",
             asked: Mutex::default(),
         };
-        assert!(read_view(&node, &op(), &evm()).await.is_none());
+        assert!(read_view(&node, &op(), &evm(), None).await.is_none());
         assert_eq!(*node.asked.lock().unwrap(), ["eth_chainId"]);
     }
 
@@ -381,7 +385,7 @@ mod tests {
             genesis: "",
             asked: Mutex::default(),
         };
-        let Some(View::Evm(view)) = read_view(&node, &op(), &evm()).await else {
+        let Some(View::Evm(view)) = read_view(&node, &op(), &evm(), None).await else {
             panic!("no view");
         };
         assert_eq!(view.head.number, 5);

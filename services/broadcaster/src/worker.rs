@@ -14,6 +14,7 @@ use crate::work::WorkList;
 use futures::StreamExt;
 use sigcast_domain::OperationState;
 use sigcast_evm::EvmRpc;
+use sigcast_evm::evidence::RecentReceipts;
 use sigcast_proto::sigcast::signer::v1::SignPurpose;
 use sigcast_proto::{pb, state_from_proto};
 use sigcast_protocol::record::{self, reasons};
@@ -35,6 +36,8 @@ struct AtFeeCap;
 const PASS_BUDGET: usize = 1_024;
 /// First signatures asked for in one signer call (the signer takes at most 256).
 const SIGN_BATCH: usize = 256;
+/// SENT operations in a pass from which inclusions are read from whole blocks' receipt lists.
+const BLOCK_LISTS_FROM: usize = 64;
 /// How long a readiness probe may take.
 const PROBE_WITHIN: Duration = Duration::from_millis(1_500);
 /// How often records written by a data-format-1 process are given their work entries.
@@ -55,6 +58,8 @@ pub struct Worker {
     /// operation waiting for its block, and those reads, not the sends, were most of the
     /// node's work. Only paces reads: lost with the process, the next pass reads at once.
     read_at: Arc<std::sync::Mutex<HashMap<String, SystemTime>>>,
+    /// Recent blocks' receipt lists, kept across passes (see [`RecentReceipts`]).
+    recent_receipts: Arc<RecentReceipts>,
     /// The time every decision and record is made with: steps of the system clock while
     /// running move nothing (see `sigcast_runtime::clock`).
     clock: SteadyClock,
@@ -89,6 +94,7 @@ impl Worker {
             work: Arc::default(),
             swept: Arc::default(),
             read_at: Arc::default(),
+            recent_receipts: Arc::default(),
             clock: SteadyClock::start(),
         })
     }
@@ -394,6 +400,10 @@ impl Worker {
             }
         }
         let endpoints = &endpoints;
+        // Many operations waiting: their inclusions are read from the recent blocks' whole
+        // receipt lists. Few: each from its own receipt (a whole block read for one operation
+        // costs the node more than that operation's receipt).
+        let recent = (sent.len() >= BLOCK_LISTS_FROM).then_some(&*self.recent_receipts);
         futures::stream::iter(sent)
             .for_each_concurrent(self.concurrency, |op| async move {
                 let span = op_span("Check", &op.op_id);
@@ -405,7 +415,7 @@ impl Worker {
                 let Some(endpoints) = endpoints.get(op.chain.as_str()) else {
                     return;
                 };
-                self.check(op, endpoints).instrument(span).await
+                self.check(op, endpoints, recent).instrument(span).await
             })
             .await;
         Ok(())
@@ -415,6 +425,7 @@ impl Worker {
         &self,
         op: pb::Operation,
         endpoints: &[sigcast_jsonrpc::PassCache<sigcast_jsonrpc::PoolEndpoint<'_>>],
+        recent: Option<&sigcast_evm::evidence::RecentReceipts>,
     ) {
         let Some(chain) = self.chains.get(&op.chain) else {
             return;
@@ -440,7 +451,7 @@ impl Worker {
         let mut next = endpoints.iter();
         while let Action::ReadMore(_) = action {
             let Some(endpoint) = next.next() else { break };
-            match chains::read_view(endpoint, &op, chain).await {
+            match chains::read_view(endpoint, &op, chain, recent).await {
                 Some(View::Evm(view)) => match &mut evidence {
                     Evidence::Evm(views) => views.push(view),
                     _ => evidence = Evidence::Evm(vec![view]),

@@ -185,6 +185,37 @@ impl NodeState {
                     "status": "0x1",
                 }))
             }
+            "eth_getBlockReceipts" => {
+                // Indexed as receipts one by one are: nothing while they lag behind state or
+                // once pruned (null, as a node answers for a block it has no receipts of).
+                let number = self.block_number(&params[0]).ok_or("bad block tag")?;
+                let behind = number + self.faults.receipts_behind_state > head;
+                let pruned = self
+                    .faults
+                    .receipts_kept
+                    .is_some_and(|kept| number + kept < head);
+                let Some(block) = self
+                    .blocks
+                    .get(number as usize)
+                    .filter(|_| !behind && !pruned)
+                else {
+                    return Ok(Value::Null);
+                };
+                Ok(Value::Array(
+                    block
+                        .txs
+                        .iter()
+                        .map(|tx| {
+                            json!({
+                                "transactionHash": tx.hash,
+                                "blockNumber": format!("0x{number:x}"),
+                                "blockHash": block.hash,
+                                "status": "0x1",
+                            })
+                        })
+                        .collect(),
+                ))
+            }
             "eth_getTransactionByHash" => {
                 // Indexed with the block, ahead of receipts on a node that shows state before
                 // receipts — except on one whose receipts are pruned too, where the index lags

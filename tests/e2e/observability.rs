@@ -759,6 +759,17 @@ async fn metrics_parse_as_prometheus_text_and_count_what_a_fault_run_did() {
         total(&broadcaster, "sigcast_operations_in_flight", &[]),
         0.0
     );
+    // Each stage of the passes was timed.
+    for stage in ["sign", "send", "check", "pass"] {
+        assert!(
+            total(
+                &broadcaster,
+                "sigcast_broadcaster_pass_seconds_count",
+                &[&format!("stage=\"{stage}\"")]
+            ) > 0.0,
+            "{stage}"
+        );
+    }
     // Every service says what build it runs, and exports its own process under the standard
     // names.
     let now = std::time::SystemTime::now()

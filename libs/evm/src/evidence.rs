@@ -22,12 +22,13 @@ const RECEIPT_LAG_LIMIT: u64 = 64;
 /// no state for older blocks (a pruned node cannot answer the nonce at a past block).
 const SCAN_BLOCKS: u64 = 128;
 
-/// Blocks back from the head whose whole receipts are looked through (see
-/// [`RecentReceipts`]); an inclusion further down is read by its own receipt.
-const RECENT_BLOCKS: u64 = 4;
+/// Blocks back from the head whose whole receipts are looked through, as far as needed (see
+/// [`RecentReceipts`]); an inclusion further down is read by its own receipt. Under load a
+/// check may come several blocks after the inclusion.
+const RECENT_BLOCKS: u64 = 16;
 
 /// How far below the newest block asked for a block's receipts are kept.
-const KEEP_BLOCKS: u64 = 16;
+const KEEP_BLOCKS: u64 = 24;
 
 /// Whole blocks' receipts (`eth_getBlockReceipts`), each block read once per endpoint and
 /// kept across passes while it is recent. Under load a block holds many operations' sends,
@@ -55,9 +56,16 @@ enum Fetch {
     #[default]
     NotYet,
     Read(BlockReceipts),
-    /// The last read failed, or did not hold together, at this time.
+    /// Read, and it does not hold together: not asked for again (its transactions are read
+    /// one by one).
+    Unusable,
+    /// The last read failed at this time: not asked for again for [`RETRY_LIST_AFTER`].
     Failed(std::time::Instant),
 }
+
+/// How long a block's list whose read failed is not asked for again: the checks of a pass
+/// would otherwise each wait for a read that fails in turn.
+const RETRY_LIST_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl RecentReceipts {
     /// The receipts of the endpoint's block `number`, whose canonical hash is `hash`: read
@@ -85,12 +93,11 @@ impl RecentReceipts {
                 .or_default()
                 .clone()
         };
-        let asked = std::time::Instant::now();
         let mut fetch = slot.lock().await;
         match &*fetch {
             Fetch::Read(receipts) => return Some(receipts.clone()),
-            // Failed while this one waited: not asked again at once by every waiting check.
-            Fetch::Failed(at) if *at >= asked => return None,
+            Fetch::Unusable => return None,
+            Fetch::Failed(at) if at.elapsed() < RETRY_LIST_AFTER => return None,
             _ => {}
         }
         match endpoint
@@ -102,8 +109,18 @@ impl RecentReceipts {
                     *fetch = Fetch::Read(receipts.clone());
                     Some(receipts)
                 }
-                None => {
+                // No such block (yet): asked again later.
+                None if value.is_null() => {
                     *fetch = Fetch::Failed(std::time::Instant::now());
+                    None
+                }
+                None => {
+                    tracing::debug!(
+                        endpoint = label,
+                        number,
+                        "a block's receipt list does not hold together: receipts read one by one"
+                    );
+                    *fetch = Fetch::Unusable;
                     None
                 }
             },
@@ -126,6 +143,22 @@ impl RecentReceipts {
             }
         }
     }
+}
+
+/// The parent of `block`, read by its hash and checked to be the block `block` names.
+async fn parent_of(
+    endpoint: &impl Endpoint,
+    block: &wire::LinkedHeader,
+) -> Option<wire::LinkedHeader> {
+    endpoint
+        .request(
+            "eth_getBlockByHash",
+            json!([block.parent_hash.to_string(), false]),
+        )
+        .await
+        .ok()
+        .and_then(|value| wire::LinkedHeader::deserialize(&value).ok())
+        .filter(|parent| parent.hash == block.parent_hash && parent.number + 1 == block.number)
 }
 
 /// A block's receipt list, if it holds together: every receipt parses and is of the block
@@ -225,26 +258,34 @@ pub async fn read_view(
     // Under load, first in the recent blocks' whole receipt lists: one read per block for
     // all the operations it holds.
     if let Some(recent) = recent.filter(|_| !unused) {
-        'blocks: for number in (head.number.saturating_sub(RECENT_BLOCKS - 1)..=head.number).rev() {
-            let Some(hash) = canonical_hash(endpoint, number).await else {
-                continue;
-            };
-            let Some(receipts) = recent.block(endpoint, number, &hash).await else {
-                continue;
-            };
-            for attempt in attempts {
-                if let Some(receipt) = receipts.get(attempt) {
-                    landed = Some(EvmLanded {
-                        tx: receipt.tx_hash.to_string(),
-                        block: BlockRef {
-                            number,
-                            hash: hash.clone(),
-                        },
-                        canonical_hash: Some(hash.clone()),
-                        success: Some(receipt.success),
-                    });
-                    break 'blocks;
+        // The blocks the head just read descends from, parent by parent (headers by hash do
+        // not change), newest first, as far down as needed: a list is taken only for a block
+        // of that line. A header read by number earlier in the pass may be of a block reorged
+        // out since, and a list kept under its hash would then show an inclusion that is no
+        // longer in the chain.
+        let mut block = wire::LinkedHeader::deserialize(&latest).ok();
+        let mut looked = 0;
+        'blocks: while let Some(header) = block.take() {
+            let hash = header.hash.to_string();
+            if let Some(receipts) = recent.block(endpoint, header.number, &hash).await {
+                for attempt in attempts {
+                    if let Some(receipt) = receipts.get(attempt) {
+                        landed = Some(EvmLanded {
+                            tx: receipt.tx_hash.to_string(),
+                            block: BlockRef {
+                                number: header.number,
+                                hash: hash.clone(),
+                            },
+                            canonical_hash: Some(hash),
+                            success: Some(receipt.success),
+                        });
+                        break 'blocks;
+                    }
                 }
+            }
+            looked += 1;
+            if looked < RECENT_BLOCKS && header.number > 0 {
+                block = parent_of(endpoint, &header).await;
             }
         }
     }
@@ -551,11 +592,38 @@ mod tests {
     }
 
     /// A node at block 10 where our transaction at nonce 5 landed in block 9 (the account's
-    /// nonce 6 from there), with a receipt of its own and one in block 9's list.
+    /// nonce 6 from there), with a receipt of its own and one in block 9's list. Once
+    /// `reorged`, blocks 9 and up are others (block 11 the head), and block 9 holds another
+    /// transaction of the account at nonce 5 instead of ours.
     struct Loaded {
         ours: B256,
         lists: Lists,
+        reorged: std::sync::atomic::AtomicBool,
         asked: Mutex<Vec<String>>,
+    }
+
+    impl Loaded {
+        fn new(lists: Lists) -> Self {
+            Self {
+                ours: tx("ab"),
+                lists,
+                reorged: Default::default(),
+                asked: Mutex::default(),
+            }
+        }
+
+        fn reorged(&self) -> bool {
+            self.reorged.load(std::sync::atomic::Ordering::SeqCst)
+        }
+
+        fn hash(&self, n: u64) -> String {
+            block_hash(if self.reorged() && n >= 9 { n + 100 } else { n })
+        }
+
+        fn header(&self, n: u64) -> Value {
+            let parent = self.hash(n.saturating_sub(1));
+            json!({"number": hex(n), "hash": self.hash(n), "parentHash": parent})
+        }
     }
 
     impl Endpoint for Loaded {
@@ -566,20 +634,31 @@ mod tests {
         async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
             self.asked.lock().unwrap().push(method.to_owned());
             tokio::task::yield_now().await; // others' reads interleave
+            let head = if self.reorged() { 11 } else { 10 };
             let number = |tag: &Value| match tag.as_str() {
-                Some("latest") => 10,
+                Some("latest") => head,
                 Some(hex) => u64::from_str_radix(&hex[2..], 16).unwrap(),
                 None => unreachable!(),
             };
-            let receipt = |block: &str| {
-                json!({"transactionHash": self.ours.to_string(), "blockNumber": hex(9),
+            let theirs = tx("cd");
+            let receipt = |tx: B256, block: &str| {
+                json!({"transactionHash": tx.to_string(), "blockNumber": hex(9),
                        "blockHash": block, "status": "0x1"})
             };
             Ok(match method {
                 "eth_getBlockByNumber" => {
                     let n = number(&params[0]);
-                    json!({"number": hex(n), "hash": block_hash(n)})
+                    let mut block = self.header(n);
+                    if n == 9 && params[1] == json!(true) {
+                        let user = if self.reorged() { theirs } else { self.ours };
+                        block["transactions"] =
+                            json!([{"hash": user.to_string(), "from": ACCOUNT, "nonce": "0x5"}]);
+                    }
+                    block
                 }
+                "eth_getBlockByHash" => (0..=head)
+                    .find(|n| json!(self.hash(*n)) == params[0])
+                    .map_or(Value::Null, |n| self.header(n)),
                 "eth_getTransactionCount" => {
                     json!(hex(if number(&params[1]) >= 9 { 6 } else { 5 }))
                 }
@@ -591,14 +670,21 @@ mod tests {
                             message: "method not found".into(),
                         });
                     }
-                    (Lists::Served, 9) => json!([receipt(&block_hash(9))]),
-                    (Lists::OfAnotherBlock, 9) => json!([receipt(&block_hash(99))]),
+                    (Lists::Served, 9) if self.reorged() => json!([receipt(theirs, &self.hash(9))]),
+                    (Lists::Served, 9) => json!([receipt(self.ours, &self.hash(9))]),
+                    (Lists::OfAnotherBlock, 9) => json!([receipt(self.ours, &block_hash(99))]),
                     _ => json!([]),
                 },
-                "eth_getTransactionReceipt" => receipt(&block_hash(9)),
+                "eth_getTransactionReceipt" if self.reorged() => Value::Null,
+                "eth_getTransactionReceipt" => receipt(self.ours, &self.hash(9)),
+                "eth_getTransactionByHash" => Value::Null,
                 other => unreachable!("{other}"),
             })
         }
+    }
+
+    fn node_of(cache: &sigcast_jsonrpc::PassCache<Loaded>) -> &Loaded {
+        cache.inner()
     }
 
     fn asked_for(node: &Loaded, method: &str) -> usize {
@@ -612,11 +698,7 @@ mod tests {
 
     #[tokio::test]
     async fn under_load_an_inclusion_is_read_from_its_block_s_receipt_list_once_per_block() {
-        let node = Loaded {
-            ours: tx("ab"),
-            lists: Lists::Served,
-            asked: Mutex::default(),
-        };
+        let node = Loaded::new(Lists::Served);
         let recent = RecentReceipts::default();
         let ours = [node.ours];
         let reads =
@@ -646,13 +728,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_list_kept_for_a_block_reorged_out_is_not_taken_for_the_chain() {
+        // Found in review: within one pass, block 9's header (by number) and its list were
+        // kept from before a reorg; the list still showed ours, under the old hash that the
+        // pass's header also said, and the operation would settle on a block no longer in the
+        // chain (there, another transaction of the account used the nonce).
+        let node = sigcast_jsonrpc::PassCache::new(Loaded::new(Lists::Served));
+        let recent = RecentReceipts::default();
+        let ours = [tx("ab")];
+        let before = read_view(&node, ACCOUNT.parse().unwrap(), 5, &ours, Some(&recent))
+            .await
+            .unwrap();
+        assert_eq!(before.landed.unwrap().block.hash, block_hash(9));
+        // The reorg; the head read is kept for 250 ms, the rest for the whole pass.
+        node_of(&node)
+            .reorged
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let after = read_view(&node, ACCOUNT.parse().unwrap(), 5, &ours, Some(&recent))
+            .await
+            .unwrap();
+        assert_eq!(after.head.number, 11);
+        if let Some(landed) = &after.landed {
+            assert!(
+                landed.tx != ours[0].to_string(),
+                "ours taken from a block reorged out: {landed:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
     async fn a_receipt_list_that_does_not_hold_together_or_is_not_served_is_not_used() {
         for lists in [Lists::OfAnotherBlock, Lists::Unsupported] {
-            let node = Loaded {
-                ours: tx("ab"),
-                lists,
-                asked: Mutex::default(),
-            };
+            let node = Loaded::new(lists);
             let recent = RecentReceipts::default();
             for _ in 0..2 {
                 let view = read_view(

@@ -50,6 +50,16 @@ pub(crate) struct BlockHeader {
     pub(crate) hash: B256,
 }
 
+/// A block's header with its parent: the line of blocks a head descends from.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct LinkedHeader {
+    #[serde(deserialize_with = "quantity")]
+    pub(crate) number: u64,
+    pub(crate) hash: B256,
+    pub(crate) parent_hash: B256,
+}
+
 /// A block with its transactions.
 #[derive(Debug, Deserialize)]
 pub(crate) struct Block {

@@ -81,6 +81,11 @@ impl<E> PassCache<E> {
             answers: Mutex::new(HashMap::new()),
         }
     }
+
+    /// The endpoint behind the cache.
+    pub fn inner(&self) -> &E {
+        &self.inner
+    }
 }
 
 /// How long a head read is reused.
@@ -94,6 +99,7 @@ fn reusable_for(method: &str, params: &Value) -> Option<std::time::Duration> {
         "eth_blockNumber" | "getBlockHeight" => Some(HEAD_FOR),
         "eth_getBlockByNumber" | "eth_getTransactionCount" if latest => Some(HEAD_FOR),
         "eth_getBlockByNumber"
+        | "eth_getBlockByHash"
         | "eth_getTransactionCount"
         | "eth_chainId"
         | "getFirstAvailableBlock"
@@ -137,7 +143,7 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
         // A block asked for without its transactions is read for its header; the hashes it
         // lists (a thousand at a thousand transactions a block) would be copied with every
         // answer from the cache, once per operation checked, and read by none.
-        let header_only = method == "eth_getBlockByNumber"
+        let header_only = matches!(method, "eth_getBlockByNumber" | "eth_getBlockByHash")
             && params.get(1).and_then(Value::as_bool) == Some(false);
         match self.inner.request(method, params).await {
             Ok(mut value) => {

@@ -62,6 +62,8 @@ pub struct Metrics {
     pub grpc_requests: Family<Labels, Counter>,
     /// gRPC call latency until the response starts, by service and method.
     pub grpc_duration: Histograms,
+    /// How long each stage of a broadcaster pass took (sign, send, check), and the pass.
+    pub pass_stage_duration: Histograms,
 }
 
 fn latency_histogram() -> Histogram {
@@ -94,6 +96,7 @@ impl Metrics {
             build_info: Family::default(),
             grpc_requests: Family::default(),
             grpc_duration: Family::new_with_constructor(latency_histogram),
+            pass_stage_duration: Family::new_with_constructor(latency_histogram),
         };
         let m = &metrics;
         registry.register(
@@ -180,6 +183,11 @@ impl Metrics {
             "signatures",
             "Signatures made, by purpose",
             m.signatures.clone(),
+        );
+        registry.register(
+            "broadcaster_pass_seconds",
+            "How long each stage of a broadcaster pass took (sign, send, check), and the whole pass",
+            m.pass_stage_duration.clone(),
         );
         registry.register(
             "signer_refusals",

@@ -43,6 +43,21 @@ const PROBE_WITHIN: Duration = Duration::from_millis(1_500);
 /// How often records written by a data-format-1 process are given their work entries.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
+/// `work`, its time observed as pass stage `stage`.
+async fn timed<T>(stage: &'static str, work: impl std::future::Future<Output = T>) -> T {
+    let started = Instant::now();
+    let output = work.await;
+    observe_stage(stage, started);
+    output
+}
+
+fn observe_stage(stage: &'static str, started: Instant) {
+    metrics::metrics()
+        .pass_stage_duration
+        .get_or_create(&metrics::owned(&[("stage", stage)]))
+        .observe(started.elapsed().as_secs_f64());
+}
+
 /// The broadcaster's state: the store, the signer client and the chains.
 #[derive(Clone)]
 pub struct Worker {
@@ -58,8 +73,9 @@ pub struct Worker {
     /// operation waiting for its block, and those reads, not the sends, were most of the
     /// node's work. Only paces reads: lost with the process, the next pass reads at once.
     read_at: Arc<std::sync::Mutex<HashMap<String, SystemTime>>>,
-    /// Recent blocks' receipt lists, kept across passes (see [`RecentReceipts`]).
-    recent_receipts: Arc<RecentReceipts>,
+    /// Each EVM chain's recent blocks' receipt lists, kept across passes (see
+    /// [`RecentReceipts`]).
+    recent_receipts: Arc<HashMap<String, RecentReceipts>>,
     /// The time every decision and record is made with: steps of the system clock while
     /// running move nothing (see `sigcast_runtime::clock`).
     clock: SteadyClock,
@@ -94,7 +110,18 @@ impl Worker {
             work: Arc::default(),
             swept: Arc::default(),
             read_at: Arc::default(),
-            recent_receipts: Arc::default(),
+            recent_receipts: Arc::new(
+                config
+                    .evm_chains
+                    .iter()
+                    .map(|chain| {
+                        (
+                            format!("eip155:{}", chain.chain_id),
+                            RecentReceipts::default(),
+                        )
+                    })
+                    .collect(),
+            ),
             clock: SteadyClock::start(),
         })
     }
@@ -139,9 +166,14 @@ impl Worker {
     pub async fn pass(&self) -> anyhow::Result<()> {
         // The three stages work on disjoint states and every change checks what it decided
         // on, so they run side by side: signing never waits for sends or checks.
-        let (signed, sent, checked) =
-            tokio::join!(self.sign_stage(), self.send_stage(), self.check_stage());
+        let started = Instant::now();
+        let (signed, sent, checked) = tokio::join!(
+            timed("sign", self.sign_stage()),
+            timed("send", self.send_stage()),
+            timed("check", self.check_stage())
+        );
         self.sweep().await;
+        observe_stage("pass", started);
         signed.and(sent).and(checked)
     }
 
@@ -403,7 +435,16 @@ impl Worker {
         // Many operations waiting: their inclusions are read from the recent blocks' whole
         // receipt lists. Few: each from its own receipt (a whole block read for one operation
         // costs the node more than that operation's receipt).
-        let recent = (sent.len() >= BLOCK_LISTS_FROM).then_some(&*self.recent_receipts);
+        let mut waiting: HashMap<String, usize> = HashMap::new();
+        for op in &sent {
+            *waiting.entry(op.chain.clone()).or_default() += 1;
+        }
+        let recent: HashMap<String, &RecentReceipts> = waiting
+            .into_iter()
+            .filter(|(_, count)| *count >= BLOCK_LISTS_FROM)
+            .filter_map(|(chain, _)| Some((chain.clone(), self.recent_receipts.get(&chain)?)))
+            .collect();
+        let recent = &recent;
         futures::stream::iter(sent)
             .for_each_concurrent(self.concurrency, |op| async move {
                 let span = op_span("Check", &op.op_id);
@@ -415,6 +456,7 @@ impl Worker {
                 let Some(endpoints) = endpoints.get(op.chain.as_str()) else {
                     return;
                 };
+                let recent = recent.get(op.chain.as_str()).copied();
                 self.check(op, endpoints, recent).instrument(span).await
             })
             .await;

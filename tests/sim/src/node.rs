@@ -96,7 +96,7 @@ impl NodeState {
         self.blocks.last().expect("genesis")
     }
 
-    fn block_json(block: &Block, full: bool) -> Value {
+    fn block_json(block: &Block, parent: &str, full: bool) -> Value {
         let txs: Vec<Value> = block
             .txs
             .iter()
@@ -115,9 +115,18 @@ impl NodeState {
         json!({
             "number": format!("0x{:x}", block.number),
             "hash": block.hash,
+            "parentHash": parent,
             "baseFeePerGas": format!("0x{:x}", block.base_fee),
             "transactions": txs,
         })
+    }
+
+    /// The hash of the block before `block` in this node's chain.
+    fn parent_of(&self, block: &Block) -> String {
+        (block.number as usize)
+            .checked_sub(1)
+            .and_then(|parent| self.blocks.get(parent))
+            .map_or_else(|| format!("0x{}", "00".repeat(32)), |b| b.hash.clone())
     }
 
     fn block_number(&self, tag: &Value) -> Option<u64> {
@@ -136,10 +145,20 @@ impl NodeState {
             "eth_getBlockByNumber" => {
                 let number = self.block_number(&params[0]).ok_or("bad block tag")?;
                 let full = params[1].as_bool().unwrap_or(false);
+                Ok(self.blocks.get(number as usize).map_or(Value::Null, |b| {
+                    Self::block_json(b, &self.parent_of(b), full)
+                }))
+            }
+            "eth_getBlockByHash" => {
+                let hash = params[0].as_str().ok_or("bad hash")?.to_ascii_lowercase();
+                let full = params[1].as_bool().unwrap_or(false);
                 Ok(self
                     .blocks
-                    .get(number as usize)
-                    .map_or(Value::Null, |b| Self::block_json(b, full)))
+                    .iter()
+                    .find(|b| b.hash.to_ascii_lowercase() == hash)
+                    .map_or(Value::Null, |b| {
+                        Self::block_json(b, &self.parent_of(b), full)
+                    }))
             }
             "eth_getTransactionCount" => {
                 let account: Address = params[0]

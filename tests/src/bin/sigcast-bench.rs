@@ -422,6 +422,50 @@ async fn node_requests(addr: std::net::SocketAddr) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// A histogram's mean per label value, from a service's metrics: (value, mean, count).
+async fn histogram_means(
+    addr: std::net::SocketAddr,
+    name: &str,
+    label: &str,
+) -> Vec<(String, f64, f64)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut text = String::new();
+    if let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await {
+        let _ = stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: sigcast\r\n\r\n")
+            .await;
+        let _ = stream.read_to_string(&mut text).await;
+    }
+    let sample = |suffix: &str, value: &str| -> Option<f64> {
+        let prefix = format!("{name}_{suffix}{{");
+        text.lines()
+            .filter(|line| line.starts_with(&prefix))
+            .find(|line| line.contains(&format!("{label}=\"{value}\"")))
+            .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+    };
+    let mut values: Vec<String> = text
+        .lines()
+        .filter(|line| line.starts_with(&format!("{name}_count{{")))
+        .filter_map(|line| {
+            Some(
+                line.split(&format!("{label}=\""))
+                    .nth(1)?
+                    .split('"')
+                    .next()?
+                    .to_owned(),
+            )
+        })
+        .collect();
+    values.dedup();
+    values
+        .into_iter()
+        .filter_map(|value| {
+            let (sum, count) = (sample("sum", &value)?, sample("count", &value)?);
+            Some((value, sum / count.max(1.0), count))
+        })
+        .collect()
+}
+
 /// CPU time (user + system) a process has used so far, from /proc.
 fn cpu_time(pid: u32) -> Duration {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -1045,6 +1089,19 @@ async fn run(args: Args) -> Result<(), String> {
     println!(
         "| node requests per operation (signers and broadcasters) | {} |",
         requests.join(", ")
+    );
+    let stages: Vec<String> = histogram_means(
+        stack.metrics_addr("broadcaster-0"),
+        "sigcast_broadcaster_pass_seconds",
+        "stage",
+    )
+    .await
+    .iter()
+    .map(|(stage, mean, _)| format!("{stage} {:.0} ms", mean * 1_000.0))
+    .collect();
+    println!(
+        "| broadcaster-0's mean pass stage (over the whole run) | {} |",
+        stages.join(", ")
     );
     println!(
         "| store growth per operation (file and WAL; {} stored before) | {:.0} bytes |",

@@ -372,3 +372,59 @@ async fn a_batch_too_large_for_one_transaction_is_signed_all_the_same() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn solana_signatures_made_together_read_one_blockhash() {
+    // Found by the load generator's per-method counts: every SOL transfer's signature read
+    // the cluster's latest blockhash on its own, one read per operation on the node.
+    let node = sigcast_e2e::SolanaNode::start(std::time::Duration::from_millis(400)).await;
+    let mut stack = Stack::start(StackOptions {
+        accounts: 1,
+        solana_rpc: Some(node.url.clone()),
+        solana_accounts: 1,
+        ..Default::default()
+    })
+    .await;
+    stack.broadcasters[0].kill9();
+    let from = stack.solana_accounts[0].clone();
+    let mut client = stack.client().await;
+    let ids: Vec<String> = (0..32).map(|i| format!("sol-herd-{i:02}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        client
+            .submit_operation(crate::solana_ops::sol_transfer(
+                id,
+                &from,
+                &crate::solana_ops::recipient(0),
+                1_000 + i as u64,
+            ))
+            .await
+            .unwrap();
+    }
+    let mut signer = sigcast_e2e::signer_client(&stack.signer_socket(0))
+        .await
+        .unwrap();
+    let results = signer
+        .sign_operations(SignOperationsRequest {
+            items: ids.iter().map(|id| item(id)).collect(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r.result, Some(sign_operations_result::Result::Signed(_)))),
+        "{results:?}"
+    );
+    let samples = crate::observability::scrape(stack.metrics_addr("signer-0")).await;
+    let reads = crate::observability::total(
+        &samples,
+        "sigcast_rpc_requests_total",
+        &["method=\"getLatestBlockhash\""],
+    );
+    assert!(
+        reads <= 2.0,
+        "getLatestBlockhash read {reads} times for 32 signatures"
+    );
+}

@@ -236,14 +236,19 @@ struct Resolved<'a> {
     chain: &'a EvmChain,
 }
 
+/// A Solana cluster as the signer reaches it: its endpoints, its base priority fee
+/// (micro-lamports per CU) and its latest blockhash as last read.
+type SolanaCluster = (SolanaRpc, u64, Fresh<sigcast_solana::LatestBlockhash>);
+
 /// Signs operations with the keys it holds.
 #[derive(Clone)]
 pub struct Signer {
     store: Store,
     keys: Keyring,
     chains: Arc<HashMap<u64, EvmChain>>,
-    /// Per cluster: its endpoints and its base priority fee (micro-lamports per CU).
-    solana: Arc<HashMap<String, (SolanaRpc, u64)>>,
+    /// Per cluster: its endpoints, its base priority fee (micro-lamports per CU) and its
+    /// latest blockhash as last read.
+    solana: Arc<HashMap<String, SolanaCluster>>,
     rules: IntentRules,
     policies: Arc<Vec<KeyPolicy>>,
     callers: Arc<Vec<sigcast_domain::callers::CallerRule>>,
@@ -292,6 +297,9 @@ impl Signer {
                     SolanaRpc::new(&cluster.rpc_urls, timeout)?
                         .expecting_cluster(&cluster.cluster, cluster.genesis_hash.as_deref()),
                     cluster.compute_unit_price_micro_lamports,
+                    // A blockhash lives about a minute: one read a second serves every
+                    // signature of that second (each read the node once before).
+                    Fresh::default(),
                 ),
             );
         }

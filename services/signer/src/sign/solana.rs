@@ -56,7 +56,7 @@ impl Signer {
         let cluster = op.chain.trim_start_matches("solana:");
         self.solana
             .get(cluster)
-            .map(|(rpc, _)| rpc)
+            .map(|(rpc, _, _)| rpc)
             .ok_or_else(|| Error::UnknownChain {
                 op_id: op.op_id.clone(),
                 chain: op.chain.clone(),
@@ -163,8 +163,14 @@ impl Signer {
             None => self.free_nonce_account(op).await?,
         };
         let Some(account) = account else {
-            let latest = rpc.latest_blockhash().await.map_err(chain_error)?;
-            return Ok(Plan::Blockhash(latest));
+            // Read at most once a second for all the signatures of the cluster: its slot is
+            // then up to a second before this signature, which only asks an endpoint's
+            // history to reach further back before "never landed" is believed.
+            let latest = match self.solana.get(op.chain.trim_start_matches("solana:")) {
+                Some((_, _, fresh)) => fresh.get(|| rpc.latest_blockhash()).await,
+                None => rpc.latest_blockhash().await,
+            };
+            return Ok(Plan::Blockhash(latest.map_err(chain_error)?));
         };
         let bytes = pubkey(&account).ok_or_else(|| Error::BadIntent {
             op_id: op_id.clone(),

@@ -740,6 +740,11 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(before.landed.unwrap().block.hash, block_hash(9));
+        assert_eq!(
+            asked_for(node_of(&node), "eth_getTransactionReceipt"),
+            0,
+            "read from the list"
+        );
         // The reorg; the head read is kept for 250 ms, the rest for the whole pass.
         node_of(&node)
             .reorged
@@ -749,12 +754,11 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(after.head.number, 11);
-        if let Some(landed) = &after.landed {
-            assert!(
-                landed.tx != ours[0].to_string(),
-                "ours taken from a block reorged out: {landed:?}"
-            );
-        }
+        // What the chain now holds at the nonce: the account's other transaction, in the new
+        // block 9.
+        let landed = after.landed.expect("the nonce's user");
+        assert_eq!(landed.tx, tx("cd").to_string(), "{landed:?}");
+        assert_eq!(landed.block.hash, block_hash(109));
     }
 
     #[tokio::test]

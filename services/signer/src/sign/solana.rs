@@ -163,12 +163,13 @@ impl Signer {
             None => self.free_nonce_account(op).await?,
         };
         let Some(account) = account else {
-            // Read at most once a second for all the signatures of the cluster: its slot is
-            // then up to a second before this signature, which only asks an endpoint's
-            // history to reach further back before "never landed" is believed.
+            // A first signature's is read at most once a second for all the signatures of the
+            // cluster: its slot is then up to a second before this signature, which only asks
+            // an endpoint's history to reach further back before "never landed" is believed.
+            // A re-sign, which follows proof that the last blockhash expired, reads its own.
             let latest = match self.solana.get(op.chain.trim_start_matches("solana:")) {
-                Some((_, _, fresh)) => fresh.get(|| rpc.latest_blockhash()).await,
-                None => rpc.latest_blockhash().await,
+                Some((_, _, fresh)) if number == 1 => fresh.get(|| rpc.latest_blockhash()).await,
+                _ => rpc.latest_blockhash().await,
             };
             return Ok(Plan::Blockhash(latest.map_err(chain_error)?));
         };

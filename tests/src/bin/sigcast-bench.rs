@@ -1084,7 +1084,7 @@ async fn run(args: Args) -> Result<(), String> {
     }
     let requests: Vec<String> = requests
         .iter()
-        .map(|(method, count)| format!("{method} {:.2}", count / args.ops as f64))
+        .map(|(method, count)| format!("{method} {:.3} ({count})", count / args.ops as f64))
         .collect();
     println!(
         "| node requests per operation (signers and broadcasters) | {} |",

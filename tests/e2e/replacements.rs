@@ -93,23 +93,31 @@ async fn an_operation_waiting_for_its_block_is_read_at_most_once_per_check_perio
     })
     .await;
     let broadcaster = stack.metrics_addr("broadcaster-0");
-    let method = ["method=\"eth_getTransactionReceipt\""];
-    // None may have been read yet; after 5 s, some must have been.
-    let before = total_or_zero(
-        &scrape(broadcaster).await,
-        "sigcast_rpc_requests_total",
-        &method,
-    );
+    // Each check reads the account's nonce at the head; while it has not passed the
+    // operation's, no receipt is asked for (nothing of ours can be in a block yet).
+    let nonce = ["method=\"eth_getTransactionCount\""];
+    let receipt = ["method=\"eth_getTransactionReceipt\""];
+    let reads = |samples: &std::collections::HashMap<String, f64>| {
+        (
+            total_or_zero(samples, "sigcast_rpc_requests_total", &nonce),
+            total_or_zero(samples, "sigcast_rpc_requests_total", &receipt),
+        )
+    };
+    let before = reads(&scrape(broadcaster).await);
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let after = total(
-        &scrape(broadcaster).await,
-        "sigcast_rpc_requests_total",
-        &method,
-    );
-    let read = after - before;
+    let samples = scrape(broadcaster).await;
+    // After 5 s the nonce must have been read: the series exists.
+    total(&samples, "sigcast_rpc_requests_total", &nonce);
+    let after = reads(&samples);
+    let checks = after.0 - before.0;
     assert!(
-        (3.0..=12.0).contains(&read),
-        "{read} receipt reads in 5 s: one every 500 ms is 10, one every pass 50"
+        (3.0..=12.0).contains(&checks),
+        "{checks} checks in 5 s: one every 500 ms is 10, one every pass 50"
+    );
+    assert_eq!(
+        after.1 - before.1,
+        0.0,
+        "a receipt was asked for while the nonce was free"
     );
     mine(&node).await;
     let done = wait_terminal(&stack, &["waiting".into()], Duration::from_secs(60)).await;

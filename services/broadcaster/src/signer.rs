@@ -199,6 +199,21 @@ impl SignerClient {
             }
             Err(status) => ops.iter().map(|_| Err(status.clone())).collect(),
         };
+        if answers
+            .first()
+            .is_some_and(|a| matches!(a, Err(s) if s.code() == tonic::Code::Unimplemented))
+        {
+            // A signer from before SignOperations (a rolling upgrade that reached the
+            // broadcasters first): asked one operation at a time, as it was before.
+            for (span, answer) in spans.into_iter().zip(answers) {
+                let _ = trace::traced(span, RpcSide::Client, std::future::ready(answer)).await;
+            }
+            return futures::future::join_all(ops.iter().map(|(op_id, parent)| {
+                use tracing::Instrument;
+                self.sign(op_id, purpose, 0).instrument(parent.clone())
+            }))
+            .await;
+        }
         let mut results = Vec::with_capacity(answers.len());
         for (span, answer) in spans.into_iter().zip(answers) {
             let answer = trace::traced(span, RpcSide::Client, std::future::ready(answer)).await;
@@ -240,8 +255,66 @@ fn traced<T>(message: T) -> tonic::Request<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sigcast_proto::sigcast::signer::v1::{
+        ListKeysRequest, ListKeysResponse, SignOperationResponse, SignOperationsResponse,
+        signer_service_server::{SignerService, SignerServiceServer},
+    };
     use std::collections::HashMap;
     use tonic_types::ErrorDetails;
+
+    /// A signer from before SignOperations: it signs one operation per call.
+    struct OlderSigner;
+
+    #[tonic::async_trait]
+    impl SignerService for OlderSigner {
+        async fn sign_operation(
+            &self,
+            request: tonic::Request<SignOperationRequest>,
+        ) -> Result<tonic::Response<SignOperationResponse>, tonic::Status> {
+            Ok(tonic::Response::new(SignOperationResponse {
+                tx_id: format!("signed {}", request.into_inner().op_id),
+                attempt: 1,
+                already_signed: false,
+            }))
+        }
+
+        async fn sign_operations(
+            &self,
+            _: tonic::Request<SignOperationsRequest>,
+        ) -> Result<tonic::Response<SignOperationsResponse>, tonic::Status> {
+            Err(tonic::Status::unimplemented(
+                "unknown method SignOperations",
+            ))
+        }
+
+        async fn list_keys(
+            &self,
+            _: tonic::Request<ListKeysRequest>,
+        ) -> Result<tonic::Response<ListKeysResponse>, tonic::Status> {
+            Ok(tonic::Response::new(ListKeysResponse { keys: vec![] }))
+        }
+    }
+
+    #[tokio::test]
+    async fn an_older_signer_is_asked_one_operation_at_a_time() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(SignerServiceServer::new(OlderSigner))
+                .serve_with_incoming(sigcast_runtime::accept::incoming(listener, "test signer")),
+        );
+        let client = SignerClient::new(&format!("http://{addr}"), None).unwrap();
+        let ops: Vec<(String, tracing::Span)> = ["a", "b"]
+            .iter()
+            .map(|id| (id.to_string(), tracing::Span::none()))
+            .collect();
+        let answers = client.sign_first(&ops).await;
+        assert_eq!(answers.len(), 2);
+        for answer in answers {
+            assert!(matches!(answer, Ok(1)), "{answer:?}");
+        }
+    }
 
     #[test]
     fn only_a_refusal_of_the_operation_rejects_it() {

@@ -6,8 +6,8 @@ use crate::evm::{DEV, recipient, transfer};
 use sigcast_e2e::{Stack, StackOptions};
 use sigcast_proto::pb;
 use sigcast_proto::sigcast::signer::v1::{
-    SignOperationRequest, SignOperationsItem, SignOperationsRequest, SignPurpose,
-    sign_operations_result,
+    SignOperationRequest, SignOperationsItem, SignOperationsRequest, SignOperationsResult,
+    SignPurpose, sign_operations_result,
 };
 use sigcast_store::{Store, StoreConfig, accounts, operations};
 use tonic_types::StatusExt;
@@ -21,6 +21,29 @@ fn item(op_id: &str) -> SignOperationsItem {
         }),
         traceparent: String::new(),
     }
+}
+
+/// First signatures of `ids`, asked of the stack's signer in one SignOperations call.
+async fn sign_first(stack: &Stack, ids: &[String]) -> Vec<SignOperationsResult> {
+    sigcast_e2e::signer_client(&stack.signer_socket(0))
+        .await
+        .unwrap()
+        .sign_operations(SignOperationsRequest {
+            items: ids.iter().map(|id| item(id)).collect(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .results
+}
+
+fn assert_all_signed(results: &[SignOperationsResult]) {
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r.result, Some(sign_operations_result::Result::Signed(_)))),
+        "{results:?}"
+    );
 }
 
 /// The nonce an operation was signed at, and its state.
@@ -281,23 +304,8 @@ async fn signatures_made_together_read_fees_and_the_account_nonce_once() {
             .await
             .unwrap();
     }
-    let mut signer = sigcast_e2e::signer_client(&stack.signer_socket(0))
-        .await
-        .unwrap();
-    let results = signer
-        .sign_operations(SignOperationsRequest {
-            items: ids.iter().map(|id| item(id)).collect(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .results;
-    assert!(
-        results
-            .iter()
-            .all(|r| matches!(r.result, Some(sign_operations_result::Result::Signed(_)))),
-        "{results:?}"
-    );
+    let results = sign_first(&stack, &ids).await;
+    assert_all_signed(&results);
     let samples = crate::observability::scrape(stack.metrics_addr("signer-0")).await;
     for method in ["eth_maxPriorityFeePerGas", "eth_getTransactionCount"] {
         let reads = crate::observability::total(
@@ -344,17 +352,7 @@ async fn a_batch_too_large_for_one_transaction_is_signed_all_the_same() {
             .await
             .unwrap();
     }
-    let mut signer = sigcast_e2e::signer_client(&stack.signer_socket(0))
-        .await
-        .unwrap();
-    let results = signer
-        .sign_operations(SignOperationsRequest {
-            items: ids.iter().map(|id| item(id)).collect(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .results;
+    let results = sign_first(&stack, &ids).await;
     let store = Store::open(&StoreConfig::sqlite(stack.dir.path().join("sigcast.db"))).unwrap();
     for (i, (id, result)) in ids.iter().zip(&results).enumerate() {
         assert!(
@@ -400,23 +398,8 @@ async fn solana_signatures_made_together_read_one_blockhash() {
             .await
             .unwrap();
     }
-    let mut signer = sigcast_e2e::signer_client(&stack.signer_socket(0))
-        .await
-        .unwrap();
-    let results = signer
-        .sign_operations(SignOperationsRequest {
-            items: ids.iter().map(|id| item(id)).collect(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .results;
-    assert!(
-        results
-            .iter()
-            .all(|r| matches!(r.result, Some(sign_operations_result::Result::Signed(_)))),
-        "{results:?}"
-    );
+    let results = sign_first(&stack, &ids).await;
+    assert_all_signed(&results);
     let samples = crate::observability::scrape(stack.metrics_addr("signer-0")).await;
     let reads = crate::observability::total(
         &samples,

@@ -402,8 +402,8 @@ async fn by_state(
     ops
 }
 
-/// The JSON-RPC requests a service made, by method, from its `sigcast_rpc_requests_total`.
-async fn node_requests(addr: std::net::SocketAddr) -> Vec<(String, f64)> {
+/// A service's metrics as text (empty when it does not answer).
+async fn metrics_text(addr: std::net::SocketAddr) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut text = String::new();
     if let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await {
@@ -412,6 +412,12 @@ async fn node_requests(addr: std::net::SocketAddr) -> Vec<(String, f64)> {
             .await;
         let _ = stream.read_to_string(&mut text).await;
     }
+    text
+}
+
+/// The JSON-RPC requests a service made, by method, from its `sigcast_rpc_requests_total`.
+async fn node_requests(addr: std::net::SocketAddr) -> Vec<(String, f64)> {
+    let text = metrics_text(addr).await;
     text.lines()
         .filter(|line| line.starts_with("sigcast_rpc_requests_total{"))
         .filter_map(|line| {
@@ -428,14 +434,7 @@ async fn histogram_means(
     name: &str,
     label: &str,
 ) -> Vec<(String, f64, f64)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut text = String::new();
-    if let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await {
-        let _ = stream
-            .write_all(b"GET /metrics HTTP/1.0\r\nHost: sigcast\r\n\r\n")
-            .await;
-        let _ = stream.read_to_string(&mut text).await;
-    }
+    let text = metrics_text(addr).await;
     let sample = |suffix: &str, value: &str| -> Option<f64> {
         let prefix = format!("{name}_{suffix}{{");
         text.lines()

@@ -105,6 +105,9 @@ pub enum Why {
     /// Solana: a cancel was asked for and the signed transaction may still land until its
     /// blockhash expires; it is not sent again.
     CancelPendingExpiry,
+    /// Solana: the nonce account was read at a slot before the signature's, so a value other
+    /// than the signed one may be an older value, not a newer.
+    NonceReadBeforeSigning,
     /// A replacement would not help: the nonce waits behind an earlier one of the account.
     BehindEarlierNonce,
     /// The operation has no attempt to send (a record this version does not expect).
@@ -130,6 +133,9 @@ impl fmt::Display for Why {
             }
             Self::CancelPendingExpiry => {
                 f.write_str("cancel asked for; waiting for the blockhash to expire")
+            }
+            Self::NonceReadBeforeSigning => {
+                f.write_str("the nonce account was read before the signing slot")
             }
             Self::BehindEarlierNonce => f.write_str("waiting behind an earlier nonce"),
             Self::NoAttempt => f.write_str("no attempt recorded"),

@@ -100,13 +100,18 @@ pub struct SolanaView {
     /// The block height at `commitment`.
     pub block_height: Option<u64>,
     /// The oldest slot the endpoint's history reaches (the later of `minimumLedgerSlot` and
-    /// `getFirstAvailableBlock`): statuses of transactions before it may be forgotten.
+    /// `getFirstAvailableBlock`), read after `statuses`: statuses of transactions before it
+    /// may be forgotten, also while they were being read.
     pub first_available_slot: Option<u64>,
     /// The durable-nonce account's value (base58) at `commitment`, for an operation that uses
     /// one; `Some(None)` when the account is missing or not an initialized nonce.
     pub nonce_value: Option<Option<String>>,
-    /// The statuses of the operation's attempts' signatures, in attempt order, read after
-    /// everything above, searching the whole history. `None` unless the endpoint answered
+    /// The slot `nonce_value` was read at (its answer's context). A value other than the
+    /// signed one proves an advance past it only if read at or after the signing slot: read
+    /// earlier, at a more final commitment than the signature's, it may be an older value.
+    pub nonce_slot: Option<u64>,
+    /// The statuses of the operation's attempts' signatures, in attempt order, read after the
+    /// height and the nonce account, searching the whole history. `None` unless the endpoint answered
     /// exactly one entry per signature asked.
     pub statuses: Option<Vec<Option<SignatureStatus>>>,
 }

@@ -78,6 +78,22 @@ pub fn record_sending(op: &mut pb::Operation, number: u32, now: SystemTime) -> b
     true
 }
 
+/// [`record_sending`] for an attempt the signer just made on a decision read from an older
+/// record: declined (`false`, nothing changed) if a cancel was asked for since and the attempt
+/// does not take the nonce instead (a cancel, a gap fill). Its bytes never left the store, so
+/// nothing of it can land; the next decision, which sees the cancel, takes over.
+pub fn record_sending_new(op: &mut pb::Operation, number: u32, now: SystemTime) -> bool {
+    let takes_the_nonce = op
+        .attempts
+        .iter()
+        .find(|a| a.number == number)
+        .is_some_and(|a| reason_of(a).takes_the_nonce_instead());
+    if op.cancel_requested && !takes_the_nonce {
+        return false;
+    }
+    record_sending(op, number, now)
+}
+
 /// Records that the signer refused to replace attempt `number` at the chain's fee cap.
 /// Returns `false` (and changes nothing) if there is no such attempt.
 pub fn record_held_at_fee_cap(op: &mut pb::Operation, number: u32, now: SystemTime) -> bool {

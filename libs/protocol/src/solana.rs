@@ -50,7 +50,11 @@ pub fn lifetime(op: &pb::Operation, view: &SolanaView, now: SystemTime) -> Lifet
     }
     let over = if uses_durable_nonce(signing) {
         match &view.nonce_value {
-            Some(Some(value)) => *value != signing.blockhash,
+            Some(Some(value)) if *value == signing.blockhash => false,
+            // Another value is past ours only if read at or after the slot ours was read at:
+            // an earlier, more final read may still show the value before ours.
+            Some(Some(_)) if view.nonce_slot >= Some(signing.signing_slot) => true,
+            Some(Some(_)) => return Lifetime::Unknown(Why::NonceReadBeforeSigning),
             _ => return Lifetime::Unknown(Why::Unreadable),
         }
     } else {

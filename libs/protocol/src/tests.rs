@@ -494,6 +494,47 @@ fn a_replacement_refused_at_the_fee_cap_is_asked_again_a_bump_period_later() {
 }
 
 #[test]
+fn an_attempt_signed_after_a_cancel_is_not_sent_unless_it_takes_the_nonce() {
+    // Signed on a decision read before the cancel: its bytes never left the store.
+    let fresh = |reason: AttemptReason| {
+        let mut op = evm_op(vec![accepted(1, 0)]);
+        op.attempts.push(pb::Attempt {
+            number: 2,
+            tx_id: tx(2),
+            reason: reason.as_str().into(),
+            ..Default::default()
+        });
+        op
+    };
+    let mut op = fresh(AttemptReason::FeeBump);
+    assert!(record::record_sending_new(&mut op, 2, at(5)), "no cancel");
+    assert_eq!(op.attempts[1].sends, 1);
+    for reason in [
+        AttemptReason::FeeBump,
+        AttemptReason::Resign,
+        AttemptReason::Initial,
+    ] {
+        let mut op = fresh(reason);
+        op.cancel_requested = true;
+        let before = op.clone();
+        assert!(!record::record_sending_new(&mut op, 2, at(5)), "{reason}");
+        assert_eq!(op, before, "{reason}: nothing changed");
+    }
+    for reason in [AttemptReason::Cancel, AttemptReason::GapFill] {
+        let mut op = fresh(reason);
+        op.cancel_requested = true;
+        assert!(record::record_sending_new(&mut op, 2, at(5)), "{reason}");
+        assert_eq!(op.attempts[1].sends, 1, "{reason}");
+    }
+    let mut op = fresh(AttemptReason::Cancel);
+    op.cancel_requested = true;
+    assert!(
+        !record::record_sending_new(&mut op, 3, at(5)),
+        "no such attempt"
+    );
+}
+
+#[test]
 fn a_cancel_replaces_once() {
     let mut op = evm_op(vec![accepted(1, 0)]);
     op.cancel_requested = true;
@@ -579,6 +620,7 @@ fn solana_view(height: u64, statuses: Vec<Option<SignatureStatus>>) -> SolanaVie
         block_height: Some(height),
         first_available_slot: Some(0),
         nonce_value: None,
+        nonce_slot: Some(1_000),
         statuses: Some(statuses),
     }
 }
@@ -796,6 +838,7 @@ fn nothing_unread_null_or_pruned_ever_settles() {
                             block_height: height,
                             first_available_slot: first,
                             nonce_value: nonce.clone(),
+                            nonce_slot: Some(100),
                             statuses,
                         };
                         let action = decide(&op, &Evidence::Solana(vec![view]), at(50), &rules());
@@ -910,6 +953,41 @@ fn a_sent_operation_is_judged_from_the_moment_its_check_is_due() {
         decide(&op, &Evidence::None, due, &rules()),
         Action::Wait(Why::Paced(due)),
         "at the due time it is judged"
+    );
+}
+
+#[test]
+fn a_nonce_read_before_the_signing_slot_proves_no_advance() {
+    // Signed over the value a confirmed read showed at slot 50; a finalized read of an earlier
+    // slot still shows the value before it. Taken as an advance past ours, the re-sign would
+    // land beside the first (found by the simulation, seed 5 of the Solana budget).
+    let op = solana_op("NonceAcct", 1);
+    let view = |slot| SolanaView {
+        nonce_value: Some(Some("Hash0".into())),
+        nonce_slot: slot,
+        ..solana_view(1_000, vec![None])
+    };
+    for before in [Some(49), None] {
+        assert_eq!(
+            solana::lifetime(&op, &view(before), at(10)),
+            solana::Lifetime::Unknown(Why::NonceReadBeforeSigning),
+            "read at {before:?}"
+        );
+        assert_eq!(
+            decide(&op, &Evidence::Solana(vec![view(before)]), at(10), &rules()),
+            Action::ReadMore(Why::NonceReadBeforeSigning)
+        );
+    }
+    assert!(
+        matches!(
+            solana::lifetime(&op, &view(Some(50)), at(10)),
+            solana::Lifetime::Over(e) if e.nonce_value == "Hash0"
+        ),
+        "read at the signing slot itself, another value is past ours"
+    );
+    assert_eq!(
+        Why::NonceReadBeforeSigning.to_string(),
+        "the nonce account was read before the signing slot"
     );
 }
 

@@ -1,7 +1,8 @@
 //! Reading what one endpoint shows of an operation's signatures, at an explicit commitment:
-//! how far back its history reaches, its finalized block height, its durable-nonce account,
-//! and then, last, the status of every signature (so a transaction that landed before the
-//! first read shows in the last one).
+//! its finalized block height and its durable-nonce account, then the status of every
+//! signature (so a transaction that landed before those reads shows in this one), then, last,
+//! how far back its history reaches (a node only prunes forward: the first slot it keeps after
+//! the statuses were read bounds what it had forgotten while reading them).
 
 use base64::Engine;
 use serde_json::{Value, json};
@@ -54,12 +55,12 @@ pub fn parse_statuses(value: &Value, asked: usize) -> Option<Vec<Option<Signatur
         .collect()
 }
 
-/// The nonce value (base58) an account holds at the proof commitment; `Some(None)` if it is
-/// missing or not an initialized nonce account.
+/// The nonce value (base58) an account holds at the proof commitment (`None` if it is missing
+/// or not an initialized nonce account), and the slot it was read at.
 async fn nonce_value(
     endpoint: &impl Endpoint,
     account: &[u8; 32],
-) -> Result<Option<String>, RpcError> {
+) -> Result<(Option<String>, u64), RpcError> {
     let params = json!([
         bs58::encode(account).into_string(),
         { "encoding": "base64", "commitment": PROOF_COMMITMENT.as_str() }
@@ -69,9 +70,14 @@ async fn nonce_value(
         endpoint: endpoint.label().to_owned(),
         message: "unexpected account info".into(),
     };
+    let slot = value
+        .get("context")
+        .and_then(|c| c.get("slot"))
+        .and_then(Value::as_u64)
+        .ok_or_else(malformed)?;
     let account = value.get("value").ok_or_else(malformed)?;
     if account.is_null() {
-        return Ok(None);
+        return Ok((None, slot));
     }
     let data = account
         .get("data")
@@ -79,7 +85,9 @@ async fn nonce_value(
         .and_then(Value::as_str)
         .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok())
         .ok_or_else(malformed)?;
-    Ok(crate::parse_nonce_account(&data).map(|state| bs58::encode(state.value).into_string()))
+    let value =
+        crate::parse_nonce_account(&data).map(|state| bs58::encode(state.value).into_string());
+    Ok((value, slot))
 }
 
 /// Reads what `endpoint` shows of an operation's `signatures` (attempt order), with its
@@ -89,7 +97,6 @@ pub async fn read_view(
     signatures: &[String],
     nonce_account: Option<&[u8; 32]>,
 ) -> SolanaView {
-    let first_available_slot = first_available_slot(endpoint).await;
     let block_height = endpoint
         .request(
             "getBlockHeight",
@@ -98,9 +105,12 @@ pub async fn read_view(
         .await
         .ok()
         .and_then(|v| v.as_u64());
-    let nonce_value = match nonce_account {
-        Some(account) => nonce_value(endpoint, account).await.ok(),
-        None => None,
+    let (nonce_value, nonce_slot) = match nonce_account {
+        Some(account) => match nonce_value(endpoint, account).await {
+            Ok((value, slot)) => (Some(value), Some(slot)),
+            Err(_) => (None, None),
+        },
+        None => (None, None),
     };
     let statuses = endpoint
         .request(
@@ -110,12 +120,16 @@ pub async fn read_view(
         .await
         .ok()
         .and_then(|value| parse_statuses(&value, signatures.len()));
+    // Read last: read first, it would say nothing of what was pruned during the status read
+    // (found by the simulation: a landed transfer's status gone, the operation CANCELLED).
+    let first_available_slot = first_available_slot(endpoint).await;
     SolanaView {
         endpoint: endpoint.label().to_owned(),
         commitment: PROOF_COMMITMENT,
         block_height,
         first_available_slot,
         nonce_value,
+        nonce_slot,
         statuses,
     }
 }
@@ -123,6 +137,60 @@ pub async fn read_view(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+
+    /// An endpoint that prunes its history up to slot 20 while it reads statuses: a transaction
+    /// of slot 9 shows no status then, and the first slot kept is 0 before, 20 after.
+    #[derive(Default)]
+    struct Pruning {
+        asked: Mutex<Vec<String>>,
+    }
+
+    impl Endpoint for Pruning {
+        fn label(&self) -> &str {
+            "http://pruning:8899"
+        }
+
+        async fn request(&self, method: &str, _params: Value) -> Result<Value, RpcError> {
+            let mut asked = self.asked.lock().unwrap();
+            asked.push(method.to_owned());
+            let pruned = asked.iter().any(|m| m == "getSignatureStatuses");
+            Ok(match method {
+                "minimumLedgerSlot" | "getFirstAvailableBlock" => {
+                    json!(if pruned { 20 } else { 0 })
+                }
+                "getBlockHeight" => json!(500),
+                "getSignatureStatuses" => json!({ "value": [null] }),
+                _ => Value::Null,
+            })
+        }
+    }
+
+    fn ready<T>(future: impl Future<Output = T>) -> T {
+        let mut future = std::pin::pin!(future);
+        match future
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+        {
+            std::task::Poll::Ready(value) => value,
+            std::task::Poll::Pending => panic!("the fake endpoint answers at once"),
+        }
+    }
+
+    #[test]
+    fn a_history_pruned_during_the_read_is_not_taken_for_whole() {
+        // Read before the statuses, the first slot kept (0) says nothing of what was pruned
+        // while they were read: the landed transfer's status was gone, and the view would
+        // prove it never landed.
+        let endpoint = Pruning::default();
+        let view = ready(read_view(&endpoint, &["Sig1".to_owned()], None));
+        assert_eq!(
+            view.first_available_slot,
+            Some(20),
+            "the first slot kept, read after the statuses, shows the pruning ({:?})",
+            endpoint.asked.lock().unwrap()
+        );
+    }
 
     #[test]
     fn statuses_count_must_match_the_signatures_asked() {

@@ -16,6 +16,23 @@ use solana_pubkey::Pubkey;
 use solana_signature::Signature;
 use solana_transaction::Transaction;
 
+/// What a `sendTransaction` answer means for the protocol: a signature back, or "already
+/// processed" (a duplicate is as good as accepted), is accepted; anything else is resolved
+/// from signature statuses, never from the message.
+pub fn send_outcome<T>(
+    answer: &Result<T, sigcast_jsonrpc::RpcError>,
+) -> sigcast_protocol::SendOutcome {
+    match answer {
+        Ok(_) => sigcast_protocol::SendOutcome::Accepted,
+        Err(sigcast_jsonrpc::RpcError::Node { message, .. })
+            if message.contains("already been processed") =>
+        {
+            sigcast_protocol::SendOutcome::Accepted
+        }
+        Err(_) => sigcast_protocol::SendOutcome::Unknown,
+    }
+}
+
 /// What bounds a transaction's life: a recent blockhash (valid until its last valid block
 /// height), or a durable nonce (valid until the nonce account advances).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 use serde_json::json;
 use sigcast_domain::Chain as ChainId;
 use sigcast_evm::{Address, B256, EvmRpc};
-use sigcast_jsonrpc::{Endpoint, PassCache, PoolEndpoint, RpcError, quantity};
+use sigcast_jsonrpc::{Endpoint, PassCache, PoolEndpoint, quantity};
 use sigcast_proto::pb;
 use sigcast_protocol::{EvmView, SendOutcome, SolanaView};
 use sigcast_solana::SolanaRpc;
@@ -34,17 +34,7 @@ impl Chain {
             }
             Chain::Solana(rpc) => {
                 let sent = rpc.send_transaction(raw).await;
-                let outcome = match &sent.result {
-                    Ok(_) => SendOutcome::Accepted,
-                    // A duplicate is as good as accepted; anything else is resolved from
-                    // signature statuses, never from the message.
-                    Err(RpcError::Node { message, .. })
-                        if message.contains("already been processed") =>
-                    {
-                        SendOutcome::Accepted
-                    }
-                    Err(_) => SendOutcome::Unknown,
-                };
+                let outcome = sigcast_solana::send_outcome(&sent.result);
                 (sent.endpoint, outcome)
             }
         }
@@ -237,6 +227,7 @@ pub(crate) async fn read_heads(name: &str, chain: &Chain) -> bool {
 mod tests {
     use super::*;
     use serde_json::Value;
+    use sigcast_jsonrpc::RpcError;
     use std::sync::Mutex;
 
     /// An endpoint of chain `chain_id` at block 5, where the account's nonce is past 7: the

@@ -377,7 +377,7 @@ impl Worker {
                 let now = self.clock.now();
                 let sending = self
                     .apply_fact(&op.op_id, move |op| {
-                        record::record_sending(op, attempt, now)
+                        record::record_sending_new(op, attempt, now)
                     })
                     .await?;
                 Some((sending, attempt))
@@ -606,7 +606,9 @@ impl Worker {
     async fn send_new_attempt(&self, op_id: &str, attempt: u32) {
         let now = self.clock.now();
         if let Some(op) = self
-            .apply_fact(op_id, move |op| record::record_sending(op, attempt, now))
+            .apply_fact(op_id, move |op| {
+                record::record_sending_new(op, attempt, now)
+            })
             .await
         {
             self.send(&op, attempt).await;

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 mod solana;
+pub use solana::{SolanaAttempt, sign_solana_attempt};
 
 /// Gas of a plain transfer.
 const TRANSFER_GAS: u64 = 21_000;

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use prost::Message;
 use sigcast_domain::Intent;
 use sigcast_domain::OperationState;
-use sigcast_domain::policy::{check_co_signers, lamports_moved, policy_for};
+use sigcast_domain::policy::{KeyPolicy, check_co_signers, lamports_moved, policy_for};
 use sigcast_evm::U256;
 use sigcast_proto::sigcast::signer::v1::{AuditRecord, SignPurpose};
 use sigcast_proto::{pb, state_from_proto, state_to_proto};
@@ -103,6 +103,9 @@ impl Signer {
         };
         if op.attempts.iter().any(|a| a.reason == CANCEL) {
             return Err(not_signable("a cancel was signed; it is not re-signed"));
+        }
+        if op.cancel_requested {
+            return Err(cancel_asked(&op));
         }
         let rpc = self.solana_rpc(&op)?;
         let signatures: Vec<String> = op.attempts.iter().map(|a| a.tx_id.clone()).collect();
@@ -422,125 +425,197 @@ impl Signer {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let root = self.store.root().clone();
-        let now = self.clock.now();
-        let caller = caller.to_owned();
-        let id = op_id.clone();
-        let cluster = op.chain.trim_start_matches("solana:").to_owned();
-        let chain = op.chain.clone();
         let in_process = keys.iter().all(|k| k.backend() == "keystore");
+        let attempt = SolanaAttempt {
+            root: self.store.root().clone(),
+            op_id: op_id.clone(),
+            caller: caller.to_owned(),
+            now: self.clock.now(),
+            intent,
+            window,
+            message,
+            signing,
+            number,
+            purpose,
+            reason,
+            keys,
+        };
         let outcome = self
-            .commit(in_process, move |tx| {
-                let Some(stored) = operations::get(tx, &root, &id)? else {
-                    return Ok(Err(Error::NotFound(id.clone())));
-                };
-                // The record read inside the transaction is the one whose intent was checked.
-                if let Err(refusal) = super::record_matches(&stored, &intent) {
-                    return Ok(Err(refusal));
-                }
-                if number == 1 {
-                    if let Some(done) = already_signed(&stored).transpose() {
-                        return Ok(done);
-                    }
-                } else if let Some(last) = stored
-                    .attempts
-                    .last()
-                    .filter(|last| last.number != number - 1)
-                {
-                    // Someone signed meanwhile: that signature stands.
-                    return Ok(Ok(Signed {
-                        tx_id: last.tx_id.clone(),
-                        attempt: last.number,
-                        already_signed: true,
-                    }));
-                }
-                if let Some((policy, lamports)) = &window {
-                    let spend = super::WindowSpend {
-                        root: &root,
-                        chain: &chain,
-                        account: &stored.account,
-                        op_id: &id,
-                        unit: "lamports",
-                        value: *lamports,
-                        now,
-                    };
-                    if let Err(refusal) = spend.record(tx, policy)? {
-                        return Ok(Err(refusal));
-                    }
-                }
-                // DO NOT TURN THIS OFF: a nonce account's value is signed over by one operation
-                // at a time; another may take it only once its holder is terminal.
-                if !signing.nonce_account.is_empty() {
-                    let account = &signing.nonce_account;
-                    if !holder_is_done(tx, &root, &cluster, account, &id)? {
-                        let holder = accounts::nonce_holder(tx, &root, &cluster, account)?;
-                        return Ok(Err(Error::NonceAccountHeld {
-                            op_id: id.clone(),
-                            nonce_account: account.clone(),
-                            holder: holder.unwrap_or_default(),
-                        }));
-                    }
-                    accounts::hold_nonce_account(tx, &root, &cluster, account, &id)?;
-                }
-                let bytes = sigcast_solana::message_bytes(&message);
-                let mut signatures = Vec::with_capacity(keys.len());
-                for key in &keys {
-                    match key.sign(&bytes) {
-                        Ok(signature) => signatures.push(signature),
-                        Err(reason) => {
-                            return Ok(Err(Error::Sign {
-                                op_id: id.clone(),
-                                nonce: 0,
-                                reason,
-                            }));
-                        }
-                    }
-                }
-                let transaction = sigcast_solana::assemble(message.clone(), &signatures);
-                let tx_id = b58(&signatures[0]);
-                accounts::put_payload(
-                    tx,
-                    &root,
-                    &id,
-                    number,
-                    &sigcast_solana::wire_bytes(&transaction),
-                )?;
-                let audit = AuditRecord {
-                    op_id: id.clone(),
-                    attempt: number,
-                    purpose: purpose.into(),
-                    key_id: stored.account.clone(),
-                    digest: hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)),
-                    tx_id: tx_id.clone(),
-                    nonce: 0,
-                    time_unix_ms: unix_millis(now),
-                    caller: caller.clone(),
-                };
-                accounts::append_audit(tx, &root, &id, number, &audit.encode_to_vec())?;
-                let mut op = stored.clone();
-                if number == 1 {
-                    op.set_state(state_to_proto(OperationState::Signed));
-                }
-                op.signing = Some(pb::operation::Signing::Solana(signing.clone()));
-                op.attempts.push(pb::Attempt {
-                    number,
-                    tx_id: tx_id.clone(),
-                    outcome: pb::AttemptOutcome::Pending.into(),
-                    reason: reason.into(),
-                    ..Default::default()
-                });
-                operations::put(tx, &root, Some(&stored), &mut op, now)?;
-                Ok(Ok(Signed {
-                    tx_id,
-                    attempt: number,
-                    already_signed: false,
-                }))
-            })
+            .commit(in_process, move |tx| sign_solana_attempt(tx, &attempt))
             .await??;
         if !outcome.already_signed {
             tracing::info!(sigcast.op_id = %op_id, signature = %outcome.tx_id, attempt = number, purpose = purpose.as_str_name(), "solana transaction signed");
         }
         Ok(outcome)
+    }
+}
+
+/// Everything a Solana signature needs, read and checked before its transaction.
+pub struct SolanaAttempt {
+    /// The store's root subspace.
+    pub root: sigcast_store::tuple::Subspace,
+    /// The operation.
+    pub op_id: String,
+    /// The authenticated caller, for the audit record.
+    pub caller: String,
+    /// The time recorded.
+    pub now: std::time::SystemTime,
+    /// The stored intent, parsed.
+    pub intent: Intent,
+    /// The key's policy and the lamports the intent moves, when its rolling window counts this
+    /// signature (an operation's first).
+    pub window: Option<(KeyPolicy, U256)>,
+    /// The message to sign.
+    pub message: sigcast_solana::Message,
+    /// Its lifetime, as the operation records it.
+    pub signing: pb::SolanaSigning,
+    /// The attempt it makes: 1 signs a RECEIVED operation, more follow attempt `number - 1`.
+    pub number: u32,
+    /// Why it is signed, for the audit record.
+    pub purpose: SignPurpose,
+    /// The attempt's recorded reason ("" for the first).
+    pub reason: &'static str,
+    /// The keys of the message's signers, in signature order.
+    pub keys: Vec<crate::keys::Ed25519Handle>,
+}
+
+/// A Solana signature inside the caller's store transaction: checks the operation is where
+/// the caller saw it (and, for a re-sign, that no cancel was asked for) and that it may hold
+/// its nonce account (if any), records the rolling window's spend, signs the message with
+/// every key it needs, and persists the transaction, its audit record and the attempt. A refusal after anything was written must roll the
+/// transaction back (`Store::run_*_or_refuse`); a re-run after a commit finds the attempt.
+pub fn sign_solana_attempt(
+    tx: &mut dyn sigcast_store::KvTransaction,
+    r: &SolanaAttempt,
+) -> sigcast_store::Result<Result<Signed>> {
+    let (root, id, number) = (&r.root, &r.op_id, r.number);
+    let Some(stored) = operations::get(tx, root, id)? else {
+        return Ok(Err(Error::NotFound(id.clone())));
+    };
+    // The record read inside the transaction is the one whose intent was checked.
+    if let Err(refusal) = super::record_matches(&stored, &r.intent) {
+        return Ok(Err(refusal));
+    }
+    if number == 1 {
+        if let Some(done) = already_signed(&stored).transpose() {
+            return Ok(done);
+        }
+    } else if let Some(last) = stored
+        .attempts
+        .last()
+        .filter(|last| last.number != number - 1)
+    {
+        // Someone signed meanwhile: that signature stands.
+        return Ok(Ok(Signed {
+            tx_id: last.tx_id.clone(),
+            attempt: last.number,
+            already_signed: true,
+        }));
+    }
+    // Read in this transaction, so a cancel committed since the re-sign was decided counts.
+    if r.purpose == SignPurpose::Resign && stored.cancel_requested {
+        return Ok(Err(cancel_asked(&stored)));
+    }
+    let cluster = stored.chain.trim_start_matches("solana:");
+    if let Some((policy, lamports)) = &r.window {
+        let spend = super::WindowSpend {
+            root,
+            chain: &stored.chain,
+            account: &stored.account,
+            op_id: id,
+            unit: "lamports",
+            value: *lamports,
+            now: r.now,
+        };
+        if let Err(refusal) = spend.record(tx, policy)? {
+            return Ok(Err(refusal));
+        }
+    }
+    // DO NOT TURN THIS OFF: a nonce account's value is signed over by one operation at a
+    // time; another may take it only once its holder is terminal.
+    if !r.signing.nonce_account.is_empty() {
+        let account = &r.signing.nonce_account;
+        if !holder_is_done(tx, root, cluster, account, id)? {
+            let holder = accounts::nonce_holder(tx, root, cluster, account)?;
+            return Ok(Err(Error::NonceAccountHeld {
+                op_id: id.clone(),
+                nonce_account: account.clone(),
+                holder: holder.unwrap_or_default(),
+            }));
+        }
+        accounts::hold_nonce_account(tx, root, cluster, account, id)?;
+    }
+    let bytes = sigcast_solana::message_bytes(&r.message);
+    let mut signatures = Vec::with_capacity(r.keys.len());
+    for key in &r.keys {
+        match key.sign(&bytes) {
+            Ok(signature) => signatures.push(signature),
+            Err(reason) => {
+                return Ok(Err(Error::Sign {
+                    op_id: id.clone(),
+                    nonce: 0,
+                    reason,
+                }));
+            }
+        }
+    }
+    let transaction = sigcast_solana::assemble(r.message.clone(), &signatures);
+    let Some(first) = signatures.first() else {
+        return Ok(Err(Error::NoKey {
+            op_id: id.clone(),
+            account: stored.account.clone(),
+        }));
+    };
+    let tx_id = b58(first);
+    accounts::put_payload(
+        tx,
+        root,
+        id,
+        number,
+        &sigcast_solana::wire_bytes(&transaction),
+    )?;
+    let audit = AuditRecord {
+        op_id: id.clone(),
+        attempt: number,
+        purpose: r.purpose.into(),
+        key_id: stored.account.clone(),
+        digest: hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)),
+        tx_id: tx_id.clone(),
+        nonce: 0,
+        time_unix_ms: unix_millis(r.now),
+        caller: r.caller.clone(),
+    };
+    accounts::append_audit(tx, root, id, number, &audit.encode_to_vec())?;
+    let mut op = stored.clone();
+    if number == 1 {
+        op.set_state(state_to_proto(OperationState::Signed));
+    }
+    op.signing = Some(pb::operation::Signing::Solana(r.signing.clone()));
+    op.attempts.push(pb::Attempt {
+        number,
+        tx_id: tx_id.clone(),
+        outcome: pb::AttemptOutcome::Pending.into(),
+        reason: r.reason.into(),
+        ..Default::default()
+    });
+    operations::put(tx, root, Some(&stored), &mut op, r.now)?;
+    Ok(Ok(Signed {
+        tx_id,
+        attempt: number,
+        already_signed: false,
+    }))
+}
+
+/// The refusal of a re-sign once a cancel was asked for: the re-sign follows proof that no
+/// attempt can land, so the operation ends CANCELLED instead of being signed again.
+fn cancel_asked(op: &pb::Operation) -> Error {
+    Error::NotSignable {
+        op_id: op.op_id.clone(),
+        state: format!(
+            "{} (a cancel was asked for: with no attempt able to land, the broadcaster settles \
+             it CANCELLED; it is not signed again)",
+            op.state().as_str_name()
+        ),
     }
 }
 
@@ -563,4 +638,116 @@ fn holder_is_done(
     Ok(operations::get(tx, root, &holder)?
         .and_then(|op| state_from_proto(op.state()))
         .is_none_or(OperationState::is_terminal))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sigcast_domain::{Lamports, OpId, SolanaPubkey, SolanaTransfer};
+    use std::sync::Arc;
+    use std::time::SystemTime;
+
+    /// A Solana operation of `key`, signed at attempt 1 and sent, in `store`.
+    fn sent_operation(
+        store: &sigcast_store::Store,
+        op_id: &str,
+        key: &ed25519_dalek::SigningKey,
+    ) -> SolanaAttempt {
+        let root = store.root().clone();
+        let transfer = SolanaTransfer {
+            cluster: "localnet".into(),
+            from: SolanaPubkey::from(key.verifying_key().to_bytes()),
+            to: SolanaPubkey::from([9; 32]),
+            lamports: Lamports(5_000),
+        };
+        let intent = Intent::SolanaTransfer(transfer.clone());
+        let new = sigcast_proto::new_operation(&OpId::parse(op_id).unwrap(), &intent);
+        let now = SystemTime::now();
+        store
+            .run(|tx| operations::submit(tx, &root, new.clone(), now))
+            .unwrap();
+        let attempt = |number: u32, hash: [u8; 32], purpose| SolanaAttempt {
+            root: root.clone(),
+            op_id: op_id.into(),
+            caller: "test".into(),
+            now,
+            intent: intent.clone(),
+            window: None,
+            message: sigcast_solana::transfer_message(
+                &transfer,
+                &sigcast_solana::Lifetime::Blockhash(hash),
+                0,
+            ),
+            signing: pb::SolanaSigning {
+                blockhash: b58(&hash),
+                last_valid_block_height: 150,
+                nonce_account: String::new(),
+                signing_slot: 3,
+            },
+            number,
+            purpose,
+            reason: if number == 1 { "" } else { RESIGN },
+            keys: vec![crate::keys::Ed25519Handle::Keystore(Arc::new(key.clone()))],
+        };
+        let first = attempt(1, [1; 32], SignPurpose::Initial);
+        store
+            .run(|tx| sign_solana_attempt(tx, &first))
+            .unwrap()
+            .unwrap();
+        store
+            .run(|tx| {
+                operations::update(
+                    tx,
+                    &root,
+                    op_id,
+                    operations::Guard::NotTerminal,
+                    &mut |op| sigcast_protocol::record::record_sending(op, 1, now),
+                    now,
+                )
+            })
+            .unwrap();
+        attempt(2, [2; 32], SignPurpose::Resign)
+    }
+
+    #[test]
+    fn a_resign_is_refused_in_its_transaction_once_a_cancel_was_asked_for() {
+        // Decided on a record read before the cancel: signed and sent, it could land after
+        // the client was told the operation would be cancelled (simulation seed 502).
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            sigcast_store::Store::open(&sigcast_store::StoreConfig::sqlite(dir.path().join("db")))
+                .unwrap();
+        let root = store.root().clone();
+        let key = ed25519_dalek::SigningKey::from_bytes(&[7; 32]);
+
+        let resign = sent_operation(&store, "kept", &key);
+        let signed = store
+            .run(|tx| sign_solana_attempt(tx, &resign))
+            .unwrap()
+            .expect("without a cancel, a proven re-sign is signed");
+        assert_eq!(signed.attempt, 2);
+
+        let resign = sent_operation(&store, "cancelled", &key);
+        let cancel = store
+            .run(|tx| operations::cancel(tx, &root, "cancelled", SystemTime::now()))
+            .unwrap();
+        assert!(matches!(cancel, operations::CancelOutcome::Requested(_)));
+        let refused = store
+            .run(|tx| sign_solana_attempt(tx, &resign))
+            .unwrap()
+            .expect_err("a cancel was asked for");
+        assert!(
+            refused.to_string().contains("a cancel was asked for"),
+            "{refused}"
+        );
+        let op = store
+            .read(|tx| operations::get(tx, &root, "cancelled"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(op.attempts.len(), 1, "nothing signed");
+        let payload = store
+            .read(|tx| accounts::payload(tx, &root, "cancelled", 2))
+            .unwrap();
+        assert_eq!(payload, None, "nothing stored");
+    }
 }

@@ -5,7 +5,7 @@
 //! guards them; the signer signs with the product's signing bodies and in-process keys.
 
 use crate::exec::{now_ms, sleep, system_time, yield_now};
-use crate::world::{Tamper, World};
+use crate::world::{Base, Tamper, World};
 use alloy_signer_local::PrivateKeySigner;
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -50,12 +50,45 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// The client side: submits operations, replays some, conflicts on purpose, cancels some.
-pub(crate) async fn gateway(world: Rc<World>, mut rng: StdRng) {
-    for i in 0..world.settings.ops {
-        sleep(rng.gen_range(0..world.settings.submit_spread_ms)).await;
-        let account = rng.gen_range(0..world.accounts.len());
+pub(crate) async fn gateway(world: Rc<World>, rng: StdRng) {
+    let load = Load {
+        ops: world.settings.ops,
+        accounts: world.accounts.len(),
+        submit_spread_ms: world.settings.submit_spread_ms,
+        cancel_rate: world.settings.cancel_rate,
+    };
+    let make = {
+        let world = world.clone();
+        move |op_id: &str, account: usize, value: u64| transfer(&world, op_id, account, value)
+    };
+    submit_all(world, load, make, rng).await;
+}
+
+/// What the client side submits.
+pub(crate) struct Load {
+    /// Operations.
+    pub(crate) ops: usize,
+    /// Accounts they are spread over.
+    pub(crate) accounts: usize,
+    /// Over this long.
+    pub(crate) submit_spread_ms: u64,
+    /// Share cancelled.
+    pub(crate) cancel_rate: f64,
+}
+
+/// Submits `load.ops` operations made by `make(op_id, account, value)`, replays some,
+/// conflicts on purpose, cancels some.
+pub(crate) async fn submit_all<W: std::ops::Deref<Target = Base> + 'static>(
+    world: Rc<W>,
+    load: Load,
+    make: impl Fn(&str, usize, u64) -> pb::Operation,
+    mut rng: StdRng,
+) {
+    for i in 0..load.ops {
+        sleep(rng.gen_range(0..load.submit_spread_ms)).await;
+        let account = rng.gen_range(0..load.accounts);
         let op_id = format!("op-{i:03}");
-        let new = transfer(&world, &op_id, account, 1_000 + i as u64);
+        let new = make(&op_id, account, 1_000 + i as u64);
         let root = world.store.root().clone();
         let submitted = world
             .store
@@ -85,7 +118,7 @@ pub(crate) async fn gateway(world: Rc<World>, mut rng: StdRng) {
         }
         // The same op_id for another payment: refused, nothing overwritten.
         if rng.gen_bool(0.05) {
-            let other = transfer(&world, &op_id, account, 7);
+            let other = make(&op_id, account, 7);
             let conflict = world
                 .store
                 .run(|tx| operations::submit(tx, &root, other.clone(), system_time()))
@@ -96,7 +129,7 @@ pub(crate) async fn gateway(world: Rc<World>, mut rng: StdRng) {
                 ));
             }
         }
-        if rng.gen_bool(world.settings.cancel_rate) {
+        if rng.gen_bool(load.cancel_rate) {
             let delay = rng.gen_range(0..3_000);
             let world = world.clone();
             let op_id = op_id.clone();
@@ -468,7 +501,7 @@ async fn work_on(world: &Rc<World>, name: &str, op: pb::Operation, rng: &mut Std
                 Ok(attempt) if attempt != newest => {
                     let at = system_time();
                     let sending = apply(world, &op, Guard::NotTerminal, move |o| {
-                        record::record_sending(o, attempt, at)
+                        record::record_sending_new(o, attempt, at)
                     })
                     .await;
                     if sending.is_some() {
@@ -575,8 +608,8 @@ fn describe(action: &Action) -> String {
 }
 
 /// Applies a change in one store transaction, as the worker does.
-async fn apply(
-    world: &World,
+pub(crate) async fn apply(
+    world: &Base,
     op: &pb::Operation,
     guard: Guard,
     mut change: impl FnMut(&mut pb::Operation) -> bool,

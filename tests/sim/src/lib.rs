@@ -9,8 +9,11 @@
 //! The invariants of `check` are checked after every change of the chain and every settlement,
 //! and, once the faults stop, every operation must be terminal within a bound.
 //!
-//! Not simulated: Solana, durable nonces, contract calls, the gRPC layers, group commit, and
-//! the gateway's validation (each covered by other tests).
+//! The `solana` module runs the same on a simulated Solana cluster (slots, blockhash expiry,
+//! durable nonces, pruned histories, failed executions).
+//!
+//! Not simulated: contract calls, the gRPC layers, group commit, and the gateway's validation
+//! (each covered by other tests).
 
 /// `println!` that ends the process quietly when stdout is closed (`sigcast-sim run | head`)
 /// instead of panicking.
@@ -31,6 +34,7 @@ mod exec;
 mod kv;
 pub mod model;
 mod node;
+pub mod solana;
 mod world;
 
 pub use kv::Backend;
@@ -49,8 +53,8 @@ use world::World;
 pub struct Report {
     /// The seed.
     pub seed: u64,
-    /// Its settings.
-    pub settings: Settings,
+    /// Its settings, as drawn.
+    pub settings: String,
     /// Invariants broken (empty: the seed passed).
     pub violations: Vec<String>,
     /// The trace's last lines.
@@ -170,52 +174,25 @@ pub fn run(seed: u64, settings: Settings, live_trace: bool) -> Report {
         );
     }
 
-    let mut steps = 0u64;
-    let mut restarts: Vec<(u64, String)> = Vec::new();
-    loop {
-        steps += 1;
-        executor.step(&mut rng);
-        for (name, future) in world.take_spawns() {
-            executor.spawn(name, future);
-        }
-        if world.faulty() {
-            if rng.gen_bool(settings.crash_rate) {
-                let name = &processes[rng.gen_range(0..processes.len())];
-                if executor.kill(name) {
-                    world.trace(format!("CRASH {name}"));
-                    restarts.push((now_ms() + rng.gen_range(100..3_000), name.clone()));
-                }
-            }
-            if now_ms() >= settings.fault_ms {
-                world.end_faults();
-                world.trace("faults end".into());
-            }
-        }
-        restarts.retain(|(at, name)| {
-            if now_ms() >= *at || !world.faulty() {
-                world.trace(format!("RESTART {name}"));
-                start(&mut executor, &world, name, StdRng::seed_from_u64(*at));
-                false
-            } else {
-                true
-            }
-        });
-        if world.take_check() || steps.is_multiple_of(500) {
-            check::check(&world, false);
-        }
-        let done = !world.faulty() && all_terminal(&world);
-        let overdue = now_ms() > settings.fault_ms + settings.settle_ms;
-        if done || overdue || !world.violations().is_empty() {
-            if world.violations().is_empty() {
-                check::check(&world, true);
-            }
-            break;
-        }
-    }
+    let limits = Limits {
+        crash_rate: settings.crash_rate,
+        fault_ms: settings.fault_ms,
+        settle_ms: settings.settle_ms,
+        ops: settings.ops,
+    };
+    let steps = drive(
+        &mut executor,
+        &mut rng,
+        &world,
+        &processes,
+        limits,
+        |executor, name, rng| start(executor, &world, name, rng),
+        |end| check::check(&world, end),
+    );
     let blocks = chain.lock().unwrap().blocks.len() as u64;
     Report {
         seed,
-        settings,
+        settings: format!("{settings:?}"),
         violations: world.violations(),
         trace: world.trace_lines(),
         steps,
@@ -235,9 +212,76 @@ fn start(executor: &mut Executor, world: &Rc<World>, name: &str, rng: StdRng) {
     executor.spawn(name, future);
 }
 
-fn all_terminal(world: &World) -> bool {
+/// How long a run's faults go on, how long it then has to settle, and how often a replica is
+/// killed meanwhile.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    crash_rate: f64,
+    fault_ms: u64,
+    settle_ms: u64,
+    ops: usize,
+}
+
+/// Runs a world's tasks one step at a time until every operation is terminal once the faults
+/// stopped, the settling time is over, or an invariant broke: kills and restarts replicas
+/// while faults go on, and checks the invariants when asked and every 500 steps. Returns the
+/// steps taken.
+pub(crate) fn drive(
+    executor: &mut Executor,
+    rng: &mut StdRng,
+    world: &world::Base,
+    processes: &[String],
+    limits: Limits,
+    start: impl Fn(&mut Executor, &str, StdRng),
+    check: impl Fn(bool),
+) -> u64 {
+    let mut steps = 0u64;
+    let mut restarts: Vec<(u64, String)> = Vec::new();
+    loop {
+        steps += 1;
+        executor.step(rng);
+        for (name, future) in world.take_spawns() {
+            executor.spawn(name, future);
+        }
+        if world.faulty() {
+            if rng.gen_bool(limits.crash_rate) {
+                let name = &processes[rng.gen_range(0..processes.len())];
+                if executor.kill(name) {
+                    world.trace(format!("CRASH {name}"));
+                    restarts.push((now_ms() + rng.gen_range(100..3_000), name.clone()));
+                }
+            }
+            if now_ms() >= limits.fault_ms {
+                world.end_faults();
+                world.trace("faults end".into());
+            }
+        }
+        restarts.retain(|(at, name)| {
+            if now_ms() >= *at || !world.faulty() {
+                world.trace(format!("RESTART {name}"));
+                start(executor, name, StdRng::seed_from_u64(*at));
+                false
+            } else {
+                true
+            }
+        });
+        if world.take_check() || steps.is_multiple_of(500) {
+            check(false);
+        }
+        let done = !world.faulty() && all_terminal(world, limits.ops);
+        let overdue = now_ms() > limits.fault_ms + limits.settle_ms;
+        if done || overdue || !world.violations().is_empty() {
+            if world.violations().is_empty() {
+                check(true);
+            }
+            return steps;
+        }
+    }
+}
+
+fn all_terminal(world: &world::Base, ops: usize) -> bool {
     let ids = world.submitted.lock().unwrap().clone();
-    if ids.len() < world.settings.ops {
+    if ids.len() < ops {
         return false;
     }
     let root = world.store.root().clone();

@@ -490,11 +490,17 @@ impl Model {
                         match sign_replacement(op, *replacement, newest) {
                             // The signer appended it; the broadcaster records it being sent
                             // (a fact: guarded only against a terminal record).
+                            // Not sent if a cancel came since the decision, unless it is
+                            // the cancel itself.
                             Some(mut signed) => {
                                 let n = signed.attempts.last().map_or(0, |a| a.number);
-                                record::record_sending(&mut signed, n, now);
-                                signed.revision = op.revision + 2;
-                                (Phase::Sending(n), Some(signed))
+                                if record::record_sending_new(&mut signed, n, now) {
+                                    signed.revision = op.revision + 2;
+                                    (Phase::Sending(n), Some(signed))
+                                } else {
+                                    signed.revision = op.revision + 1;
+                                    (Phase::Idle, Some(signed))
+                                }
                             }
                             None => (Phase::Idle, None),
                         }

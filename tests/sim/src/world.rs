@@ -30,17 +30,33 @@ pub enum Tamper {
     UnboundedBumps,
     /// Fees signed without the chain's cap (the unbounded-fees defect).
     Uncapped,
+    /// Solana: an endpoint's history taken to reach every slot, whatever it says (the
+    /// pruned-history defect: "never landed" read from a history that forgot the landing).
+    TrustPrunedHistory,
+    /// Solana: a status list shorter than the signatures asked read as "the rest unknown"
+    /// (the one-entry-per-signature defect).
+    ShortStatuses,
+    /// Solana: a cancelled blockhash operation sent again while its blockhash lives (the
+    /// cancel defect).
+    CancelResends,
+    /// Solana: a nonce account read before the signing slot taken as proof of an advance
+    /// (the stale-nonce defect the simulation found).
+    IgnoreNonceSlot,
 }
 
 impl Tamper {
     /// Every tamper, by its command-line name.
-    pub const ALL: [(&str, Tamper); 6] = [
+    pub const ALL: [(&str, Tamper); 10] = [
         ("none", Tamper::None),
         ("null-receipt-rejects", Tamper::NullReceiptRejects),
         ("ignore-revision", Tamper::IgnoreRevision),
         ("no-depth", Tamper::NoDepth),
         ("unbounded-bumps", Tamper::UnboundedBumps),
         ("uncapped", Tamper::Uncapped),
+        ("trust-pruned-history", Tamper::TrustPrunedHistory),
+        ("short-statuses", Tamper::ShortStatuses),
+        ("cancel-resends", Tamper::CancelResends),
+        ("ignore-nonce-slot", Tamper::IgnoreNonceSlot),
     ];
 }
 
@@ -91,16 +107,32 @@ pub struct Settings {
     pub tamper: Tamper,
 }
 
-/// Everything shared.
+/// What every simulated world has, whatever its chain: the store, the op_ids accepted, the
+/// trace, the violations found, the tasks started from inside others, whether faults go on,
+/// and the bytes sent of every attempt.
+pub(crate) struct Base {
+    /// The store.
+    pub(crate) store: SimStore,
+    /// The op_ids accepted so far.
+    pub(crate) submitted: Mutex<Vec<String>>,
+    trace: RefCell<VecDeque<String>>,
+    live_trace: bool,
+    violations: RefCell<Vec<String>>,
+    spawns: RefCell<Vec<(String, Task)>>,
+    faulty: Cell<bool>,
+    check: Cell<bool>,
+    sent: RefCell<HashMap<(String, u32), Vec<u8>>>,
+}
+
+/// Everything an EVM simulation shares.
 pub(crate) struct World {
+    base: Base,
     /// Its settings.
     pub(crate) settings: Settings,
     /// The chain.
     pub(crate) chain: std::sync::Arc<Mutex<Chain>>,
     /// Its endpoints.
     pub(crate) endpoints: Vec<SimEndpoint>,
-    /// The store.
-    pub(crate) store: SimStore,
     /// The signer's keys.
     pub(crate) keys: Vec<PrivateKeySigner>,
     /// Their accounts.
@@ -111,15 +143,13 @@ pub(crate) struct World {
     pub(crate) sign_jobs: Mutex<VecDeque<SignJob>>,
     /// Transactions of the keys sent outside sigcast.
     pub(crate) foreign: Mutex<HashSet<String>>,
-    /// The op_ids accepted so far.
-    pub(crate) submitted: Mutex<Vec<String>>,
-    trace: RefCell<VecDeque<String>>,
-    live_trace: bool,
-    violations: RefCell<Vec<String>>,
-    spawns: RefCell<Vec<(String, Task)>>,
-    faulty: Cell<bool>,
-    check: Cell<bool>,
-    sent: RefCell<HashMap<(String, u32), Vec<u8>>>,
+}
+
+impl std::ops::Deref for World {
+    type Target = Base;
+    fn deref(&self) -> &Base {
+        &self.base
+    }
 }
 
 /// Trace lines kept for a failure report.
@@ -139,15 +169,24 @@ impl World {
     ) -> Self {
         let accounts = keys.iter().map(|k| k.address()).collect();
         Self {
+            base: Base::new(store, live_trace),
             settings,
             chain,
             endpoints,
-            store,
             keys,
             accounts,
             rules,
             sign_jobs: Mutex::default(),
             foreign: Mutex::default(),
+        }
+    }
+}
+
+impl Base {
+    /// A world's common parts over `store`.
+    pub(crate) fn new(store: SimStore, live_trace: bool) -> Self {
+        Self {
+            store,
             submitted: Mutex::default(),
             trace: RefCell::default(),
             live_trace,
@@ -215,6 +254,33 @@ impl World {
         self.check.replace(false)
     }
 
+    /// Whether an attempt's bytes were ever sent (left the store).
+    pub(crate) fn was_sent(&self, op_id: &str, attempt: u32) -> bool {
+        self.sent
+            .borrow()
+            .contains_key(&(op_id.to_owned(), attempt))
+    }
+
+    /// Notes the bytes sent for an attempt: every send of an attempt is byte-identical.
+    pub(crate) fn same_bytes(&self, op_id: &str, attempt: u32, raw: &[u8]) {
+        let mut sent = self.sent.borrow_mut();
+        let key = (op_id.to_owned(), attempt);
+        match sent.get(&key) {
+            Some(before) if before.as_slice() != raw => {
+                drop(sent);
+                self.violation(format!(
+                    "{op_id} attempt {attempt} was sent with other bytes than before"
+                ));
+            }
+            Some(_) => {}
+            None => {
+                sent.insert(key, raw.to_vec());
+            }
+        }
+    }
+}
+
+impl World {
     /// The fee cap the signer holds transactions to (none, broken on purpose).
     pub(crate) fn fee_cap(&self) -> u128 {
         match self.settings.tamper {
@@ -251,19 +317,6 @@ impl World {
                 params.fees.max_per_gas()
             ));
         }
-        let mut sent = self.sent.borrow_mut();
-        let key = (op_id.to_owned(), attempt);
-        match sent.get(&key) {
-            Some(before) if before.as_slice() != raw => {
-                drop(sent);
-                self.violation(format!(
-                    "{op_id} attempt {attempt} was sent with other bytes than before"
-                ));
-            }
-            Some(_) => {}
-            None => {
-                sent.insert(key, raw.to_vec());
-            }
-        }
+        self.same_bytes(op_id, attempt, raw);
     }
 }

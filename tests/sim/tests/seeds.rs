@@ -1,7 +1,8 @@
 //! The simulation's seeds as tests: a budget of seeds that must break no invariant, the seeds
 //! that once found a defect, and broken decisions that the budget must catch.
 
-use sigcast_sim::{Settings, Tamper, run};
+use sigcast_sim::solana::SolanaSettings;
+use sigcast_sim::{Report, Settings, Tamper, run};
 
 /// Seeds run by each half of the CI budget (`SIGCAST_SIM_SEEDS` overrides the total).
 fn budget() -> u64 {
@@ -11,10 +12,28 @@ fn budget() -> u64 {
         .unwrap_or(2_000)
 }
 
+/// Solana seeds run by each half of its budget (`SIGCAST_SIM_SOLANA_SEEDS` overrides the total).
+fn solana_budget() -> u64 {
+    std::env::var("SIGCAST_SIM_SOLANA_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000)
+}
+
 fn run_seeds(seeds: impl Iterator<Item = u64>) {
+    check_seeds(seeds, |seed| run(seed, Settings::draw(seed), false));
+}
+
+fn run_solana_seeds(seeds: impl Iterator<Item = u64>) {
+    check_seeds(seeds, |seed| {
+        sigcast_sim::solana::run(seed, SolanaSettings::draw(seed), false)
+    });
+}
+
+fn check_seeds(seeds: impl Iterator<Item = u64>, run: impl Fn(u64) -> Report) {
     let mut failures = Vec::new();
     for seed in seeds {
-        let report = run(seed, Settings::draw(seed), false);
+        let report = run(seed);
         if !report.violations.is_empty() {
             failures.push(format!(
                 "seed {seed}: {}\n  {}",
@@ -47,6 +66,66 @@ const REGRESSIONS: &[u64] = &[];
 #[test]
 fn seeds_that_once_found_a_defect_break_nothing() {
     run_seeds(REGRESSIONS.iter().copied());
+}
+
+#[test]
+fn the_first_half_of_the_solana_seed_budget_breaks_no_invariant() {
+    run_solana_seeds((0..solana_budget()).step_by(2));
+}
+
+#[test]
+fn the_second_half_of_the_solana_seed_budget_breaks_no_invariant() {
+    run_solana_seeds((1..solana_budget()).step_by(2));
+}
+
+/// Solana seeds that found a defect once; each stays here with its fix. 5: a re-sign on a
+/// finalized nonce value read before the signing slot (an older value, not a newer), which
+/// landed beside the first attempt. 502: a re-sign decided on a record read before the
+/// client's cancel, signed and sent after it (the operation should end CANCELLED: nothing of
+/// it could land any more). 692: an endpoint pruned its history between the read of the first
+/// slot it keeps and the read of the statuses: a landed transfer's status was gone, and the
+/// operation was CANCELLED with its transfer on chain.
+const SOLANA_REGRESSIONS: &[u64] = &[5, 502, 692];
+
+#[test]
+fn solana_seeds_that_once_found_a_defect_break_nothing() {
+    run_solana_seeds(SOLANA_REGRESSIONS.iter().copied());
+}
+
+/// The first Solana seed of the budget on which `tamper` breaks an invariant, and that
+/// invariant.
+fn caught_on_solana(tamper: Tamper) -> Option<(u64, String)> {
+    (0..solana_budget()).find_map(|seed| {
+        let mut settings = SolanaSettings::draw(seed);
+        settings.tamper = tamper;
+        sigcast_sim::solana::run(seed, settings, false)
+            .violations
+            .into_iter()
+            .next()
+            .map(|v| (seed, v))
+    })
+}
+
+#[test]
+fn solana_proofs_the_product_refuses_are_caught_within_the_budget() {
+    // A false proof that nothing can land leads to a second transaction: beside the first,
+    // or, once the operation is terminal, over the nonce value it still holds.
+    let second = ["transactions on chain", "at the value it holds"];
+    let sent_after_cancel = ["sent after its cancel was accepted"];
+    for (tamper, expected) in [
+        (Tamper::TrustPrunedHistory, &second[..]),
+        (Tamper::ShortStatuses, &second[..]),
+        (Tamper::IgnoreNonceSlot, &second[..]),
+        (Tamper::CancelResends, &sent_after_cancel[..]),
+    ] {
+        let (seed, violation) = caught_on_solana(tamper)
+            .unwrap_or_else(|| panic!("{tamper:?} went unnoticed by every Solana seed"));
+        println!("{tamper:?} caught at seed {seed}: {violation}");
+        assert!(
+            expected.iter().any(|e| violation.contains(e)),
+            "{tamper:?}: {violation}"
+        );
+    }
 }
 
 /// The first seed of the budget on which `tamper` breaks an invariant, and that invariant.

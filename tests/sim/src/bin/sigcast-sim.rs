@@ -2,7 +2,8 @@
 //! replays one seed step by step with its trace.
 
 use clap::{Parser, Subcommand};
-use sigcast_sim::{Settings, Tamper, run, say};
+use sigcast_sim::solana::SolanaSettings;
+use sigcast_sim::{Report, Settings, Tamper, run, say};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -25,6 +26,9 @@ enum Command {
         /// Break a decision on purpose, to see it caught.
         #[arg(long, default_value = "none", value_parser = tamper)]
         tamper: Tamper,
+        /// The chain simulated.
+        #[arg(long, value_enum, default_value_t = SimChain::Evm)]
+        chain: SimChain,
     },
     /// Visits every state of the small world of the model check; prints a shortest
     /// counterexample if an invariant breaks.
@@ -47,7 +51,19 @@ enum Command {
         /// Break a decision on purpose, as in the run that found the seed.
         #[arg(long, default_value = "none", value_parser = tamper)]
         tamper: Tamper,
+        /// The chain simulated.
+        #[arg(long, value_enum, default_value_t = SimChain::Evm)]
+        chain: SimChain,
     },
+}
+
+/// Which chain a run simulates.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum SimChain {
+    /// An EVM chain (mempool, nonces, receipts, reorgs).
+    Evm,
+    /// A Solana cluster (slots, blockhash expiry, durable nonces, pruned history).
+    Solana,
 }
 
 /// A tamper by its name.
@@ -62,10 +78,20 @@ fn tamper(name: &str) -> Result<Tamper, String> {
         })
 }
 
-fn settings(seed: u64, tamper: Tamper) -> Settings {
-    let mut settings = Settings::draw(seed);
-    settings.tamper = tamper;
-    settings
+/// Runs seed `seed` on `chain`, broken by `tamper`.
+fn run_seed(seed: u64, tamper: Tamper, chain: SimChain, live_trace: bool) -> Report {
+    match chain {
+        SimChain::Evm => {
+            let mut settings = Settings::draw(seed);
+            settings.tamper = tamper;
+            run(seed, settings, live_trace)
+        }
+        SimChain::Solana => {
+            let mut settings = SolanaSettings::draw(seed);
+            settings.tamper = tamper;
+            sigcast_sim::solana::run(seed, settings, live_trace)
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -74,12 +100,13 @@ fn main() -> ExitCode {
             seeds,
             from,
             tamper,
+            chain,
         } => {
             let started = std::time::Instant::now();
             let mut failed = 0;
             let (mut steps, mut blocks, mut retries) = (0, 0, 0);
             for seed in from..from + seeds {
-                let report = run(seed, settings(seed, tamper), false);
+                let report = run_seed(seed, tamper, chain, false);
                 steps += report.steps;
                 blocks += report.blocks;
                 retries += report.retries;
@@ -93,7 +120,11 @@ fn main() -> ExitCode {
                 started.elapsed().as_secs_f64()
             );
             if failed > 0 {
-                say!("replay one with: sigcast-sim replay --seed <seed>");
+                let chain = match chain {
+                    SimChain::Evm => "evm",
+                    SimChain::Solana => "solana",
+                };
+                say!("replay one with: sigcast-sim replay --seed <seed> --chain {chain}");
                 ExitCode::FAILURE
             } else {
                 ExitCode::SUCCESS
@@ -141,8 +172,12 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
         }
-        Command::Replay { seed, tamper } => {
-            let report = run(seed, settings(seed, tamper), true);
+        Command::Replay {
+            seed,
+            tamper,
+            chain,
+        } => {
+            let report = run_seed(seed, tamper, chain, true);
             say!(
                 "\nseed {seed}: {} steps, {} ms simulated, {} blocks, {} store retries",
                 report.steps,

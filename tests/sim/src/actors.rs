@@ -34,13 +34,17 @@ pub(crate) enum Purpose {
     Replace(Replacement),
 }
 
-/// A request to the signer and the slot its answer goes to.
-pub(crate) struct SignJob {
-    op_id: String,
-    purpose: Purpose,
-    replaces: u32,
+/// A request to the signer (for `purpose`, over attempt `replaces`) and the slot its answer
+/// goes to.
+pub(crate) struct SignJob<P> {
+    pub(crate) op_id: String,
+    pub(crate) purpose: P,
+    pub(crate) replaces: u32,
     reply: Arc<std::sync::Mutex<Option<Result<u32, String>>>>,
 }
+
+/// Requests waiting for a signer replica.
+pub(crate) type SignQueue<P> = std::sync::Mutex<std::collections::VecDeque<SignJob<P>>>;
 
 const CHAIN: &str = "eip155:31337";
 const SIGN_TIMEOUT_MS: u64 = 3_000;
@@ -207,13 +211,27 @@ const AT_FEE_CAP: &str = "FEE_CAP";
 
 /// One signer replica: takes jobs from the shared queue, one at a time.
 pub(crate) async fn signer(world: Rc<World>, name: String, mut rng: StdRng) {
+    serve_signs(&world, &world.sign_jobs, &name, async |job| {
+        sign_one(&world, job, &mut rng).await
+    })
+    .await;
+}
+
+/// A signer replica's loop: takes jobs from `jobs`, one at a time, and answers each with what
+/// `sign` made of it.
+pub(crate) async fn serve_signs<P: std::fmt::Debug>(
+    world: &Base,
+    jobs: &SignQueue<P>,
+    name: &str,
+    mut sign: impl AsyncFnMut(&SignJob<P>) -> Result<u32, String>,
+) {
     loop {
-        let job = world.sign_jobs.lock().unwrap().pop_front();
+        let job = jobs.lock().unwrap().pop_front();
         let Some(job) = job else {
             sleep(5).await;
             continue;
         };
-        let answer = sign_one(&world, &job, &mut rng).await;
+        let answer = sign(&job).await;
         world.trace(format!(
             "{name}: {} {:?} → {answer:?}",
             job.op_id, job.purpose
@@ -239,7 +257,7 @@ async fn fees(world: &World, endpoint: usize) -> Result<Fees, String> {
     })
 }
 
-async fn sign_one(world: &World, job: &SignJob, rng: &mut StdRng) -> Result<u32, String> {
+async fn sign_one(world: &World, job: &SignJob<Purpose>, rng: &mut StdRng) -> Result<u32, String> {
     let root = world.store.root().clone();
     let op = world
         .store
@@ -366,16 +384,16 @@ async fn sign_one(world: &World, job: &SignJob, rng: &mut StdRng) -> Result<u32,
     }
 }
 
-/// Asks a signer replica, waiting at most [`SIGN_TIMEOUT_MS`] (a crashed replica never
-/// answers).
-async fn ask_signer(
-    world: &World,
+/// Asks a signer replica through `jobs`, waiting at most [`SIGN_TIMEOUT_MS`] (a crashed
+/// replica never answers).
+pub(crate) async fn ask_signer<P>(
+    jobs: &SignQueue<P>,
     op_id: &str,
-    purpose: Purpose,
+    purpose: P,
     replaces: u32,
 ) -> Result<u32, String> {
     let reply = Arc::new(std::sync::Mutex::new(None));
-    world.sign_jobs.lock().unwrap().push_back(SignJob {
+    jobs.lock().unwrap().push_back(SignJob {
         op_id: op_id.to_owned(),
         purpose,
         replaces,
@@ -402,7 +420,7 @@ pub(crate) async fn broadcaster(world: Rc<World>, name: String, mut rng: StdRng)
             pb::OperationState::Signed,
             pb::OperationState::Sent,
         ] {
-            let mut ops = list_work(&world, state);
+            let mut ops = list_work(&world, CHAIN, state);
             if state == pb::OperationState::Signed {
                 ops.sort_by_key(|op| (op.account.clone(), sigcast_protocol::evm::nonce_of(op)));
             }
@@ -414,16 +432,20 @@ pub(crate) async fn broadcaster(world: Rc<World>, name: String, mut rng: StdRng)
     }
 }
 
-/// The work of one state, as the worker lists it: account by account.
-fn list_work(world: &World, state: pb::OperationState) -> Vec<pb::Operation> {
+/// The work of one state on `chain`, as the worker lists it: account by account.
+pub(crate) fn list_work(
+    world: &Base,
+    chain: &str,
+    state: pb::OperationState,
+) -> Vec<pb::Operation> {
     let root = world.store.root().clone();
     world
         .store
         .read(|tx| {
             let mut ops = Vec::new();
-            for account in operations::work_accounts(tx, &root, state, CHAIN, 1_000)? {
+            for account in operations::work_accounts(tx, &root, state, chain, 1_000)? {
                 let (taken, _) =
-                    operations::work_of_account(tx, &root, state, CHAIN, &account, None, 64)?;
+                    operations::work_of_account(tx, &root, state, chain, &account, None, 64)?;
                 ops.extend(taken);
             }
             Ok(ops)
@@ -491,13 +513,20 @@ async fn work_on(world: &Rc<World>, name: &str, op: pb::Operation, rng: &mut Std
     match action {
         Action::Wait(_) | Action::ReadMore(_) | Action::Resign(_) => {}
         Action::Sign => {
-            let answer = ask_signer(world, &op.op_id, Purpose::Initial, 0).await;
+            let answer = ask_signer(&world.sign_jobs, &op.op_id, Purpose::Initial, 0).await;
             world.trace(format!("{name}: {} signed: {answer:?}", op.op_id));
         }
         Action::Send(attempt) => send_again(world, name, &op, attempt, rng).await,
         Action::Replace(replacement) => {
             let newest = op.attempts.last().map_or(0, |a| a.number);
-            match ask_signer(world, &op.op_id, Purpose::Replace(replacement), newest).await {
+            match ask_signer(
+                &world.sign_jobs,
+                &op.op_id,
+                Purpose::Replace(replacement),
+                newest,
+            )
+            .await
+            {
                 Ok(attempt) if attempt != newest => {
                     let at = system_time();
                     let sending = apply(world, &op, Guard::NotTerminal, move |o| {

@@ -71,6 +71,16 @@ pub(crate) fn sleep(ms: u64) -> Sleep {
     Sleep(now_ms() + ms)
 }
 
+/// Takes `ms` simulated milliseconds (an answer's latency); at 0, other tasks may still run
+/// first.
+pub(crate) async fn take_time(ms: u64) {
+    if ms > 0 {
+        sleep(ms).await;
+    } else {
+        yield_now().await;
+    }
+}
+
 pub(crate) type Task = Pin<Box<dyn Future<Output = ()>>>;
 
 struct Slot {

@@ -6,7 +6,6 @@
 //! old state pruned.
 
 use crate::chain::{Block, Chain};
-use crate::exec::yield_now;
 use serde_json::{Value, json};
 use sigcast_evm::Address;
 use sigcast_jsonrpc::{Endpoint, RpcError};
@@ -355,11 +354,7 @@ impl Endpoint for SimEndpoint {
             let slowest = node.faults.slow_ms.max(5);
             node.rng.gen_range(0..=slowest)
         };
-        if delay > 0 {
-            crate::exec::sleep(delay).await;
-        } else {
-            yield_now().await;
-        }
+        crate::exec::take_time(delay).await;
         self.answer(method, &params)
     }
 }

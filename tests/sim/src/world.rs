@@ -1,7 +1,7 @@
 //! Everything one simulation shares: its settings, chain, endpoints, store, keys, the signer's
 //! job queue, what was sent, the trace, and the violations found.
 
-use crate::actors::SignJob;
+use crate::actors::{Purpose, SignQueue};
 use crate::chain::Chain;
 use crate::exec::{Task, now_ms};
 use crate::kv::{Backend, SimStore};
@@ -140,7 +140,7 @@ pub(crate) struct World {
     /// The broadcaster's decision settings.
     pub(crate) rules: Rules,
     /// Requests waiting for a signer replica.
-    pub(crate) sign_jobs: Mutex<VecDeque<SignJob>>,
+    pub(crate) sign_jobs: SignQueue<Purpose>,
     /// Transactions of the keys sent outside sigcast.
     pub(crate) foreign: Mutex<HashSet<String>>,
 }

@@ -6,8 +6,8 @@
 //! product's signing body.
 
 use super::{CLUSTER, SolWorld, b58};
-use crate::actors::{Load, apply, submit_all};
-use crate::exec::{now_ms, sleep, system_time, yield_now};
+use crate::actors::{Load, SignJob, apply, ask_signer, list_work, serve_signs, submit_all};
+use crate::exec::{sleep, system_time, yield_now};
 use crate::world::Tamper;
 use base64::Engine;
 use rand::Rng;
@@ -27,7 +27,6 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 const CHAIN: &str = "solana:sim";
-const SIGN_TIMEOUT_MS: u64 = 3_000;
 /// The priority fee of a first signature, in micro-lamports per compute unit.
 const BASE_PRICE: u64 = 1_000;
 
@@ -37,14 +36,6 @@ pub(crate) enum Purpose {
     Initial,
     Resign,
     Cancel,
-}
-
-/// A request to the signer and the slot its answer goes to.
-pub(crate) struct SignJob {
-    op_id: String,
-    purpose: Purpose,
-    replaces: u32,
-    reply: Arc<std::sync::Mutex<Option<Result<u32, String>>>>,
 }
 
 /// The client side: registers the keys' durable-nonce accounts, then submits transfers,
@@ -84,19 +75,10 @@ pub(crate) async fn gateway(world: Rc<SolWorld>, rng: StdRng) {
 
 /// One signer replica: takes jobs from the shared queue, one at a time.
 pub(crate) async fn signer(world: Rc<SolWorld>, name: String, mut rng: StdRng) {
-    loop {
-        let job = world.sign_jobs.lock().unwrap().pop_front();
-        let Some(job) = job else {
-            sleep(5).await;
-            continue;
-        };
-        let answer = sign_one(&world, &job, &mut rng).await;
-        world.trace(format!(
-            "{name}: {} {:?} → {answer:?}",
-            job.op_id, job.purpose
-        ));
-        *job.reply.lock().unwrap() = Some(answer);
-    }
+    serve_signs(&world, &world.sign_jobs, &name, async |job| {
+        sign_one(&world, job, &mut rng).await
+    })
+    .await;
 }
 
 fn pubkey(text: &str) -> Option<[u8; 32]> {
@@ -235,7 +217,11 @@ async fn plan(
     })
 }
 
-async fn sign_one(world: &SolWorld, job: &SignJob, rng: &mut StdRng) -> Result<u32, String> {
+async fn sign_one(
+    world: &SolWorld,
+    job: &SignJob<Purpose>,
+    rng: &mut StdRng,
+) -> Result<u32, String> {
     let root = world.store.root().clone();
     let op = world
         .store
@@ -422,32 +408,6 @@ async fn lifetime_message(
     })
 }
 
-/// Asks a signer replica, waiting at most [`SIGN_TIMEOUT_MS`].
-async fn ask_signer(
-    world: &SolWorld,
-    op_id: &str,
-    purpose: Purpose,
-    replaces: u32,
-) -> Result<u32, String> {
-    let reply = Arc::new(std::sync::Mutex::new(None));
-    world.sign_jobs.lock().unwrap().push_back(SignJob {
-        op_id: op_id.to_owned(),
-        purpose,
-        replaces,
-        reply: reply.clone(),
-    });
-    let deadline = now_ms() + SIGN_TIMEOUT_MS;
-    loop {
-        if let Some(answer) = reply.lock().unwrap().take() {
-            return answer;
-        }
-        if now_ms() >= deadline {
-            return Err("signer timed out".into());
-        }
-        sleep(10).await;
-    }
-}
-
 /// One broadcaster replica: the worker's passes, one operation at a time.
 pub(crate) async fn broadcaster(world: Rc<SolWorld>, name: String, mut rng: StdRng) {
     loop {
@@ -457,20 +417,7 @@ pub(crate) async fn broadcaster(world: Rc<SolWorld>, name: String, mut rng: StdR
             pb::OperationState::Signed,
             pb::OperationState::Sent,
         ] {
-            let root = world.store.root().clone();
-            let ops = world
-                .store
-                .read(|tx| {
-                    let mut ops = Vec::new();
-                    for account in operations::work_accounts(tx, &root, state, CHAIN, 1_000)? {
-                        let (taken, _) = operations::work_of_account(
-                            tx, &root, state, CHAIN, &account, None, 64,
-                        )?;
-                        ops.extend(taken);
-                    }
-                    Ok(ops)
-                })
-                .unwrap_or_default();
+            let ops = list_work(&world, CHAIN, state);
             yield_now().await;
             for op in ops {
                 work_on(&world, &name, op, &mut rng).await;
@@ -541,7 +488,7 @@ async fn work_on(world: &Rc<SolWorld>, name: &str, op: pb::Operation, rng: &mut 
     match action {
         Action::Wait(_) | Action::ReadMore(_) => {}
         Action::Sign => {
-            let answer = ask_signer(world, &op.op_id, Purpose::Initial, 0).await;
+            let answer = ask_signer(&world.sign_jobs, &op.op_id, Purpose::Initial, 0).await;
             world.trace(format!("{name}: {} signed: {answer:?}", op.op_id));
         }
         Action::Send(attempt) => {
@@ -561,7 +508,7 @@ async fn work_on(world: &Rc<SolWorld>, name: &str, op: pb::Operation, rng: &mut 
             } else {
                 Purpose::Cancel
             };
-            match ask_signer(world, &op.op_id, purpose, newest).await {
+            match ask_signer(&world.sign_jobs, &op.op_id, purpose, newest).await {
                 Ok(attempt) if attempt != newest => {
                     let at = system_time();
                     if let Some(sending) = apply(world, &op, Guard::NotTerminal, move |o| {

@@ -7,7 +7,6 @@
 //! with fewer statuses than asked, one of the two history methods unsupported.
 
 use super::cluster::{Cluster, FINAL_DEPTH, SolBlock, SolTx};
-use crate::exec::yield_now;
 use base64::Engine;
 use rand::Rng;
 use serde_json::{Value, json};
@@ -270,11 +269,7 @@ impl Endpoint for SolEndpoint {
             let slowest = node.faults.slow_ms.max(5);
             node.rng.gen_range(0..=slowest)
         };
-        if delay > 0 {
-            crate::exec::sleep(delay).await;
-        } else {
-            yield_now().await;
-        }
+        crate::exec::take_time(delay).await;
         self.answer(method, &params)
     }
 }

@@ -20,7 +20,7 @@ use endpoint::{SolEndpoint, SolFaults};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sigcast_protocol::Rules;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
@@ -127,7 +127,7 @@ pub(crate) struct SolWorld {
     /// Durable-nonce accounts, with the index of the key that is their authority.
     pub(crate) nonce_accounts: Vec<([u8; 32], usize)>,
     pub(crate) rules: Rules,
-    pub(crate) sign_jobs: Mutex<VecDeque<actors::SignJob>>,
+    pub(crate) sign_jobs: crate::actors::SignQueue<actors::Purpose>,
     /// Which operation signed over each nonce account's value first.
     pub(crate) nonce_users: Mutex<BTreeMap<NonceValue, String>>,
 }

@@ -83,6 +83,7 @@ pub fn lifetime(op: &pb::Operation, view: &SolanaView, now: SystemTime) -> Lifet
         first_available_slot: view.first_available_slot.unwrap_or_default(),
         signing_slot: signing.signing_slot,
         nonce_value: view.nonce_value.clone().flatten().unwrap_or_default(),
+        nonce_slot: view.nonce_slot.unwrap_or_default(),
         commitment: view.commitment.as_str().into(),
         ..Default::default()
     })

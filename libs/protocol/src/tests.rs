@@ -981,9 +981,9 @@ fn a_nonce_read_before_the_signing_slot_proves_no_advance() {
     assert!(
         matches!(
             solana::lifetime(&op, &view(Some(50)), at(10)),
-            solana::Lifetime::Over(e) if e.nonce_value == "Hash0"
+            solana::Lifetime::Over(e) if e.nonce_value == "Hash0" && e.nonce_slot == 50
         ),
-        "read at the signing slot itself, another value is past ours"
+        "read at the signing slot itself, another value is past ours; the proof keeps the slot"
     );
     assert_eq!(
         Why::NonceReadBeforeSigning.to_string(),

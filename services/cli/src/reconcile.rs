@@ -203,7 +203,10 @@ async fn solana(op: &pb::Operation, rpc: &SolanaRpc) -> Result<Read> {
             facts.push((
                 format!("{e} nonce value now"),
                 match &view.nonce_value {
-                    Some(Some(value)) => value.clone(),
+                    Some(Some(value)) => match view.nonce_slot {
+                        Some(slot) => format!("{value} (read at slot {slot})"),
+                        None => value.clone(),
+                    },
                     Some(None) => "(not a nonce account)".into(),
                     None => "unreadable".into(),
                 },

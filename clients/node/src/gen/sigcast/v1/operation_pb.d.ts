@@ -586,6 +586,14 @@ export declare type Evidence = Message<"sigcast.v1.Evidence"> & {
    * @generated from field: string commitment = 11;
    */
   commitment: string;
+
+  /**
+   * Solana durable nonce: the slot `nonce_value` was read at, at or after `signing_slot` (a
+   * read of an earlier slot may show the value before the signed one, not a newer one).
+   *
+   * @generated from field: uint64 nonce_slot = 12;
+   */
+  nonceSlot: bigint;
 };
 
 /**

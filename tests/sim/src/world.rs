@@ -42,11 +42,14 @@ pub enum Tamper {
     /// Solana: a nonce account read before the signing slot taken as proof of an advance
     /// (the stale-nonce defect the simulation found).
     IgnoreNonceSlot,
+    /// Solana: an endpoint's first slot kept read before the statuses, not after (the
+    /// pruned-during-the-read defect the simulation found).
+    HistoryReadFirst,
 }
 
 impl Tamper {
     /// Every tamper, by its command-line name.
-    pub const ALL: [(&str, Tamper); 10] = [
+    pub const ALL: [(&str, Tamper); 11] = [
         ("none", Tamper::None),
         ("null-receipt-rejects", Tamper::NullReceiptRejects),
         ("ignore-revision", Tamper::IgnoreRevision),
@@ -57,6 +60,7 @@ impl Tamper {
         ("short-statuses", Tamper::ShortStatuses),
         ("cancel-resends", Tamper::CancelResends),
         ("ignore-nonce-slot", Tamper::IgnoreNonceSlot),
+        ("history-read-first", Tamper::HistoryReadFirst),
     ];
 }
 

@@ -93,7 +93,29 @@ async fn read_view(
     signatures: &[String],
     nonce_account: Option<&[u8; 32]>,
 ) -> SolanaView {
+    // Broken on purpose: the first slot kept as read before everything else (the product reads
+    // it last).
+    let read_first = match world.settings.tamper {
+        Tamper::HistoryReadFirst => {
+            let mut first = None;
+            for method in ["minimumLedgerSlot", "getFirstAvailableBlock"] {
+                if let Some(slot) = endpoint
+                    .request(method, json!([]))
+                    .await
+                    .ok()
+                    .and_then(|s| s.as_u64())
+                {
+                    first = Some(first.map_or(slot, |f: u64| f.max(slot)));
+                }
+            }
+            Some(first)
+        }
+        _ => None,
+    };
     let mut view = sigcast_solana::evidence::read_view(endpoint, signatures, nonce_account).await;
+    if let Some(first) = read_first {
+        view.first_available_slot = first;
+    }
     match world.settings.tamper {
         Tamper::TrustPrunedHistory => view.first_available_slot = Some(0),
         Tamper::IgnoreNonceSlot => view.nonce_slot = view.nonce_slot.map(|_| u64::MAX),

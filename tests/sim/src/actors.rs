@@ -555,21 +555,33 @@ async fn work_on(world: &Rc<World>, name: &str, op: pb::Operation, rng: &mut Std
             }
         }
         Action::Settle(settlement) => {
-            let settled = apply(world, &op, world.decided_guard(&op), move |o| {
-                record::settle(o, &settlement);
-                true
-            })
-            .await;
-            if let Some(op) = settled {
-                world.trace(format!(
-                    "{name}: {} settled {:?} {:?}",
-                    op.op_id,
-                    op.state(),
-                    op.error.as_ref().map(|e| e.reason.as_str())
-                ));
-                world.check_now();
-            }
+            settle(world, name, &op, world.decided_guard(&op), settlement).await;
         }
+    }
+}
+
+/// Applies a settlement decided on `op` under `guard`, and asks for the invariants to be
+/// checked once it is stored.
+pub(crate) async fn settle(
+    world: &Base,
+    name: &str,
+    op: &pb::Operation,
+    guard: Guard,
+    settlement: Settlement,
+) {
+    let settled = apply(world, op, guard, move |o| {
+        record::settle(o, &settlement);
+        true
+    })
+    .await;
+    if let Some(op) = settled {
+        world.trace(format!(
+            "{name}: {} settled {:?} {:?}",
+            op.op_id,
+            op.state(),
+            op.error.as_ref().map(|e| e.reason.as_str())
+        ));
+        world.check_now();
     }
 }
 

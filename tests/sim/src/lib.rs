@@ -158,10 +158,7 @@ pub fn run(seed: u64, settings: Settings, live_trace: bool) -> Report {
             actors::outside_sender(world.clone(), fork(&mut rng)),
         );
     }
-    let processes: Vec<String> = (0..settings.signers)
-        .map(|i| format!("signer-{i}"))
-        .chain((0..settings.broadcasters).map(|i| format!("broadcaster-{i}")))
-        .collect();
+    let processes = replicas(settings.signers, settings.broadcasters);
     for name in &processes {
         start(&mut executor, &world, name, fork(&mut rng));
     }
@@ -190,16 +187,37 @@ pub fn run(seed: u64, settings: Settings, live_trace: bool) -> Report {
         |end| check::check(&world, end),
     );
     let blocks = chain.lock().unwrap().blocks.len() as u64;
-    Report {
-        seed,
-        settings: format!("{settings:?}"),
-        violations: world.violations(),
-        trace: world.trace_lines(),
-        steps,
-        sim_ms: now_ms(),
-        blocks,
-        retries: world.store.retries(),
+    Report::of(seed, &settings, &world, steps, blocks)
+}
+
+impl Report {
+    /// What seed `seed` with `settings` did in `world`, in `steps`, over `blocks` blocks.
+    pub(crate) fn of(
+        seed: u64,
+        settings: &impl std::fmt::Debug,
+        world: &world::Base,
+        steps: u64,
+        blocks: u64,
+    ) -> Self {
+        Report {
+            seed,
+            settings: format!("{settings:?}"),
+            violations: world.violations(),
+            trace: world.trace_lines(),
+            steps,
+            sim_ms: now_ms(),
+            blocks,
+            retries: world.store.retries(),
+        }
     }
+}
+
+/// The names of `signers` signer and `broadcasters` broadcaster replicas.
+pub(crate) fn replicas(signers: usize, broadcasters: usize) -> Vec<String> {
+    (0..signers)
+        .map(|i| format!("signer-{i}"))
+        .chain((0..broadcasters).map(|i| format!("broadcaster-{i}")))
+        .collect()
 }
 
 fn start(executor: &mut Executor, world: &Rc<World>, name: &str, rng: StdRng) {

@@ -291,35 +291,17 @@ impl SimEndpoint {
         let endpoint = self.label.clone();
         let mut node = self.node.lock().unwrap();
         if node.faults.down {
-            return Err(RpcError::Transport {
-                endpoint,
-                message: "connection refused".into(),
-                maybe_delivered: false,
-            });
+            return Err(refused(&endpoint));
         }
         if method == "eth_sendRawTransaction" {
-            use rand::Rng;
             let raw = params[0]
                 .as_str()
                 .and_then(|h| hex_decode(h.strip_prefix("0x")?))
                 .unwrap_or_default();
-            let lose_before = node.faults.lose_before;
-            if node.rng.gen_bool(lose_before) {
-                return Err(RpcError::Transport {
-                    endpoint,
-                    message: "connection reset".into(),
-                    maybe_delivered: true,
-                });
-            }
-            let taken = self.chain.lock().unwrap().submit(&raw);
-            let lose_after = node.faults.lose_after;
-            if node.rng.gen_bool(lose_after) {
-                return Err(RpcError::Transport {
-                    endpoint,
-                    message: "connection reset".into(),
-                    maybe_delivered: true,
-                });
-            }
+            let losses = (node.faults.lose_before, node.faults.lose_after);
+            let taken = lossy_send(&endpoint, &mut node.rng, losses, || {
+                self.chain.lock().unwrap().submit(&raw)
+            })?;
             return taken.map(Value::String).map_err(|message| RpcError::Node {
                 endpoint,
                 code: -32000,
@@ -331,6 +313,45 @@ impl SimEndpoint {
             code: -32000,
             message,
         })
+    }
+}
+
+/// A send over a connection that may fail: lost before the node took it (`lose_before`), or
+/// taken by `submit` with the reply lost (`lose_after`); the client sees a reset either way.
+pub(crate) fn lossy_send<T>(
+    endpoint: &str,
+    rng: &mut rand::rngs::StdRng,
+    (lose_before, lose_after): (f64, f64),
+    submit: impl FnOnce() -> T,
+) -> Result<T, RpcError> {
+    use rand::Rng;
+    let reset = || RpcError::Transport {
+        endpoint: endpoint.to_owned(),
+        message: "connection reset".into(),
+        maybe_delivered: true,
+    };
+    if rng.gen_bool(lose_before) {
+        return Err(reset());
+    }
+    let taken = submit();
+    if rng.gen_bool(lose_after) {
+        return Err(reset());
+    }
+    Ok(taken)
+}
+
+/// How long an answer takes (simulated ms): up to `slow_ms`, at least up to 5.
+pub(crate) fn answer_delay(slow_ms: u64, rng: &mut rand::rngs::StdRng) -> u64 {
+    use rand::Rng;
+    rng.gen_range(0..=slow_ms.max(5))
+}
+
+/// The answer of an endpoint that is down.
+pub(crate) fn refused(endpoint: &str) -> RpcError {
+    RpcError::Transport {
+        endpoint: endpoint.to_owned(),
+        message: "connection refused".into(),
+        maybe_delivered: false,
     }
 }
 
@@ -349,10 +370,9 @@ impl Endpoint for SimEndpoint {
     async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         // A request takes time: the world may change before it is answered.
         let delay = {
-            use rand::Rng;
             let mut node = self.node.lock().unwrap();
-            let slowest = node.faults.slow_ms.max(5);
-            node.rng.gen_range(0..=slowest)
+            let slow_ms = node.faults.slow_ms;
+            answer_delay(slow_ms, &mut node.rng)
         };
         crate::exec::take_time(delay).await;
         self.answer(method, &params)

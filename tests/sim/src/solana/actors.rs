@@ -6,7 +6,7 @@
 //! product's signing body.
 
 use super::{CLUSTER, SolWorld, b58};
-use crate::actors::{Load, SignJob, apply, ask_signer, list_work, serve_signs, submit_all};
+use crate::actors::{Load, SignJob, apply, ask_signer, list_work, serve_signs, settle, submit_all};
 use crate::exec::{sleep, system_time, yield_now};
 use crate::world::Tamper;
 use base64::Engine;
@@ -551,20 +551,7 @@ async fn work_on(world: &Rc<SolWorld>, name: &str, op: pb::Operation, rng: &mut 
             ));
         }
         Action::Settle(settlement) => {
-            let settled = apply(world, &op, Guard::Revision(op.revision), move |o| {
-                record::settle(o, &settlement);
-                true
-            })
-            .await;
-            if let Some(op) = settled {
-                world.trace(format!(
-                    "{name}: {} settled {:?} {:?}",
-                    op.op_id,
-                    op.state(),
-                    op.error.as_ref().map(|e| e.reason.as_str())
-                ));
-                world.check_now();
-            }
+            settle(world, name, &op, Guard::Revision(op.revision), settlement).await;
         }
     }
 }

@@ -7,8 +7,8 @@
 //! with fewer statuses than asked, one of the two history methods unsupported.
 
 use super::cluster::{Cluster, FINAL_DEPTH, SolBlock, SolTx};
+use crate::node::{answer_delay, lossy_send, refused};
 use base64::Engine;
-use rand::Rng;
 use serde_json::{Value, json};
 use sigcast_jsonrpc::{Endpoint, RpcError};
 use std::sync::{Arc, Mutex};
@@ -216,11 +216,7 @@ impl SolEndpoint {
         let endpoint = self.label.clone();
         let mut node = self.node.lock().unwrap();
         if node.faults.down {
-            return Err(RpcError::Transport {
-                endpoint,
-                message: "connection refused".into(),
-                maybe_delivered: false,
-            });
+            return Err(refused(&endpoint));
         }
         let node_error = |message: String| RpcError::Node {
             endpoint: endpoint.clone(),
@@ -233,23 +229,10 @@ impl SolEndpoint {
                 .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
                 .and_then(|wire| decode(&wire, true))
                 .ok_or_else(|| node_error("failed to deserialize transaction".into()))?;
-            let lose_before = node.faults.lose_before;
-            if node.rng.gen_bool(lose_before) {
-                return Err(RpcError::Transport {
-                    endpoint,
-                    message: "connection reset".into(),
-                    maybe_delivered: true,
-                });
-            }
-            let taken = self.cluster.lock().unwrap().submit(tx);
-            let lose_after = node.faults.lose_after;
-            if node.rng.gen_bool(lose_after) {
-                return Err(RpcError::Transport {
-                    endpoint,
-                    message: "connection reset".into(),
-                    maybe_delivered: true,
-                });
-            }
+            let losses = (node.faults.lose_before, node.faults.lose_after);
+            let taken = lossy_send(&endpoint, &mut node.rng, losses, || {
+                self.cluster.lock().unwrap().submit(tx)
+            })?;
             return taken.map(Value::String).map_err(node_error);
         }
         node.prune();
@@ -266,8 +249,8 @@ impl Endpoint for SolEndpoint {
     async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         let delay = {
             let mut node = self.node.lock().unwrap();
-            let slowest = node.faults.slow_ms.max(5);
-            node.rng.gen_range(0..=slowest)
+            let slow_ms = node.faults.slow_ms;
+            answer_delay(slow_ms, &mut node.rng)
         };
         crate::exec::take_time(delay).await;
         self.answer(method, &params)

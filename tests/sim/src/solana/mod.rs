@@ -11,7 +11,7 @@ mod check;
 mod cluster;
 mod endpoint;
 
-use crate::exec::{Executor, now_ms, sleep};
+use crate::exec::{Executor, sleep};
 use crate::kv::{self, Backend};
 use crate::world::{Base, Tamper};
 use crate::{Limits, Report, drive};
@@ -214,10 +214,7 @@ pub fn run(seed: u64, settings: SolanaSettings, live_trace: bool) -> Report {
     if settings.outside_advances && !world.nonce_accounts.is_empty() {
         executor.spawn("outside", outside_holder(world.clone(), fork(&mut rng)));
     }
-    let processes: Vec<String> = (0..settings.signers)
-        .map(|i| format!("signer-{i}"))
-        .chain((0..settings.broadcasters).map(|i| format!("broadcaster-{i}")))
-        .collect();
+    let processes = crate::replicas(settings.signers, settings.broadcasters);
     for name in &processes {
         start(&mut executor, &world, name, fork(&mut rng));
     }
@@ -245,16 +242,7 @@ pub fn run(seed: u64, settings: SolanaSettings, live_trace: bool) -> Report {
         |end| check::check(&world, end),
     );
     let blocks = cluster.lock().unwrap().blocks.len() as u64;
-    Report {
-        seed,
-        settings: format!("{settings:?}"),
-        violations: world.violations(),
-        trace: world.trace_lines(),
-        steps,
-        sim_ms: now_ms(),
-        blocks,
-        retries: world.store.retries(),
-    }
+    Report::of(seed, &settings, &world, steps, blocks)
 }
 
 fn start(executor: &mut Executor, world: &Rc<SolWorld>, name: &str, rng: StdRng) {

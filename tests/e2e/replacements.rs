@@ -887,3 +887,66 @@ async fn a_step_of_the_broadcaster_s_clock_brings_no_early_fee_bump_and_stalls_n
     assert_eq!(op.attempts.len(), 1, "{op:?}");
     assert_eq!(node.nonce(DEV[0].parse().unwrap()).await.unwrap(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_nonce_another_sender_holds_above_the_depth_is_not_skipped_so_a_reorg_strands_nothing() {
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        confirmations: 3,
+        ..Default::default()
+    })
+    .await;
+    let node = node(&stack).await;
+    pause_mining(&node).await;
+    // Another holder of the key uses nonce 0; its transaction is one block deep.
+    let outside = node
+        .send_raw(&crate::direct::sign_transfer(
+            "0x00000000000000000000000000000000000a11ce",
+            1,
+            0,
+        ))
+        .await
+        .result
+        .expect("outside send accepted");
+    mine(&node).await;
+    assert!(node.receipt(outside).await.unwrap().is_some(), "mined");
+
+    stack
+        .client()
+        .await
+        .submit_operation(transfer("behind", DEV[0], &recipient(0), 9_000))
+        .await
+        .unwrap();
+    let signed = wait_for(&stack, "behind", "signed", |op| !op.attempts.is_empty()).await;
+    assert_eq!(
+        signed.signing,
+        Some(pb::operation::Signing::Evm(pb::EvmSigning { nonce: 0 })),
+        "the nonce of a transaction above the confirmation depth is not skipped"
+    );
+
+    // The block holding the outside transaction is replaced by an empty one and the node
+    // forgets it. Had nonce 0 been skipped, ours at 1 would wait for ever behind the gap.
+    node.read("anvil_reorg", serde_json::json!([1, []]))
+        .await
+        .unwrap();
+    node.read("anvil_dropAllTransactions", serde_json::json!([]))
+        .await
+        .unwrap();
+    node.read("evm_setIntervalMining", serde_json::json!([1]))
+        .await
+        .unwrap();
+    let done = wait_terminal(&stack, &["behind".into()], Duration::from_secs(60)).await;
+    let op = &done["behind"];
+    assert_eq!(
+        op.state(),
+        pb::OperationState::Confirmed,
+        "{op:?}\n{}",
+        stack.logs()
+    );
+    let from: Address = DEV[0].parse().unwrap();
+    assert_eq!(node.nonce(from).await.unwrap(), 1, "ours alone, at nonce 0");
+    assert_eq!(
+        node.balance(recipient(0).parse().unwrap()).await.unwrap(),
+        U256::from(9_000u64)
+    );
+}

@@ -347,6 +347,8 @@ impl Stack {
                 metrics_listen: metrics_addr(format!("signer-{replica}")),
                 solana_clusters: signer_clusters.clone(),
                 tracing: tracing.clone(),
+                // As a deployment sets it: the broadcaster's depth.
+                confirmations: options.confirmations,
                 ..keys.clone()
             };
             let signer_toml = config_toml(&with_settings(

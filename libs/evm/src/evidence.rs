@@ -237,6 +237,30 @@ async fn nonce_at(
     quantity(&value).ok_or_else(|| malformed(endpoint, "a transaction count", &value))
 }
 
+/// The account's transaction count as `endpoint` shows it `confirmations` deep: at its head
+/// for 1 (or 0), else at the block `confirmations - 1` below its head, read against that one
+/// head. A nonce taken by another sender only this deep is skipped when allocating: a
+/// transaction shallower than that can still be reorged out and never mined again, and every
+/// nonce allocated past its gap would then wait for a transaction nobody sends.
+pub async fn settled_nonce(
+    endpoint: &impl Endpoint,
+    account: Address,
+    confirmations: u64,
+) -> Result<u64, RpcError> {
+    if confirmations <= 1 {
+        let value = endpoint
+            .request(
+                "eth_getTransactionCount",
+                json!([format!("{account:#x}"), "latest"]),
+            )
+            .await?;
+        return quantity(&value).ok_or_else(|| malformed(endpoint, "a transaction count", &value));
+    }
+    let value = endpoint.request("eth_blockNumber", json!([])).await?;
+    let head = quantity(&value).ok_or_else(|| malformed(endpoint, "a block number", &value))?;
+    nonce_at(endpoint, account, head.saturating_sub(confirmations - 1)).await
+}
+
 /// Reads what `endpoint` shows of the account's `nonce`, used by one of `attempts` or not.
 /// Fails only if the head cannot be read; anything else unreadable is left `None`.
 pub async fn read_view(
@@ -566,6 +590,7 @@ mod tests {
                 }
                 "eth_getTransactionReceipt" => Value::Null,
                 "eth_getTransactionByHash" => self.by_hash.clone(),
+                "eth_blockNumber" => json!(hex(self.head)),
                 other => unreachable!("{other}"),
             })
         }
@@ -792,6 +817,35 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_nonce_taken_above_the_confirmation_depth_is_not_yet_settled() {
+        // Head 10; the account's nonce passed 5 in block 7.
+        let node = StateBeforeReceipts {
+            by_hash: Value::Null,
+            in_block_7: tx("cd"),
+            head: 10,
+            no_state: false,
+            asked: Mutex::default(),
+        };
+        let account: Address = ACCOUNT.parse().unwrap();
+        let settled = |confirmations| settled_nonce(&node, account, confirmations);
+        assert_eq!(settled(0).await.unwrap(), 6);
+        assert_eq!(settled(1).await.unwrap(), 6);
+        // Block 7 is 4 deep: settled at 4, not at 5.
+        assert_eq!(settled(4).await.unwrap(), 6);
+        assert_eq!(settled(5).await.unwrap(), 5);
+        assert_eq!(settled(100).await.unwrap(), 5, "clamped at genesis");
+        assert_eq!(
+            node.asked.lock().unwrap().last().unwrap(),
+            &format!("eth_getTransactionCount[\"{ACCOUNT}\",\"0x0\"]")
+        );
+        let unreadable = StateBeforeReceipts {
+            no_state: true,
+            ..node
+        };
+        assert!(settled_nonce(&unreadable, account, 3).await.is_err());
     }
 
     #[tokio::test]

@@ -41,6 +41,11 @@ pub struct Config {
     pub solana_clusters: Vec<SolanaClusterConfig>,
     /// Timeout of one RPC request, in milliseconds.
     pub rpc_timeout_ms: u64,
+    /// How deep (1 = included) another sender's transaction must be before the EVM nonce it
+    /// used is skipped when allocating ours. Set it as the broadcaster's `confirmations`: a
+    /// shallower one can still be reorged out and dropped, and the nonces allocated past it
+    /// would wait for a transaction nobody sends.
+    pub confirmations: u64,
     /// Signing policy per key (`[[policies]]`, `account = "*"` for the default); a key with no
     /// policy is limited only by the chains the signer serves.
     pub policies: Vec<sigcast_domain::policy::KeyPolicy>,
@@ -168,6 +173,7 @@ impl Default for Config {
             }],
             solana_clusters: Vec::new(),
             rpc_timeout_ms: 10_000,
+            confirmations: 1,
             policies: Vec::new(),
             callers: Vec::new(),
             log: LogConfig::default(),
@@ -222,6 +228,9 @@ impl ServiceConfig for Config {
         if self.rpc_timeout_ms == 0 {
             return Err(ConfigError::invalid("rpc_timeout_ms", "must be positive"));
         }
+        if self.confirmations == 0 {
+            return Err(ConfigError::invalid("confirmations", "must be at least 1"));
+        }
         Ok(())
     }
 }
@@ -244,5 +253,15 @@ mod tests {
             error.contains("evm_chains.max_fee_per_gas_gwei") && error.contains("31337"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_confirmation_depth_of_zero_is_refused_by_name() {
+        let config = Config {
+            confirmations: 0,
+            ..Config::default()
+        };
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("confirmations"), "{error}");
     }
 }

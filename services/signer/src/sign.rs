@@ -13,6 +13,7 @@ use sigcast_domain::policy::{KeyPolicy, check_intent, policy_for};
 use sigcast_domain::{EvmAddress, EvmTransfer, Wei};
 use sigcast_domain::{Intent, IntentRules, OperationState};
 use sigcast_evm::U256;
+use sigcast_evm::evidence::settled_nonce;
 use sigcast_evm::{Address, EvmRpc, FeeLimits, Fees, TxParams, build_transaction, params_of};
 use sigcast_proto::sigcast::signer::v1::{AuditRecord, SignPurpose};
 use sigcast_proto::{intent_from_proto, pb, state_from_proto, state_to_proto};
@@ -72,6 +73,8 @@ pub struct Signed {
 
 struct EvmChain {
     pool: EvmRpc,
+    /// How deep another sender's transaction must be before its nonce is skipped.
+    confirmations: u64,
     tx_type: TxType,
     /// The most any transaction offers per gas, in wei.
     max_fee_per_gas: u128,
@@ -152,10 +155,15 @@ impl<T: Copy> Fresh<T> {
 }
 
 impl EvmChain {
-    /// The account's transaction count on chain, read at most once a second. Allocation takes
-    /// the larger of it and the store's next nonce, so a value up to a second old only delays
-    /// noticing a send made outside sigcast; it never hands out a used nonce twice (the store
-    /// does not) and the broadcaster proves such a nonce consumed from fresh reads.
+    /// The account's transaction count on chain at the confirmation depth, read at most once
+    /// a second. Allocation takes the larger of it and the store's next nonce, so a value up
+    /// to a second old only delays noticing a send made outside sigcast; it never hands out a
+    /// used nonce twice (the store does not) and the broadcaster proves such a nonce consumed
+    /// from fresh reads. Read at depth because a nonce skipped for another sender's
+    /// transaction that a reorg then drops would leave a gap nobody fills: every operation
+    /// allocated past it would wait for ever. Taking a nonce a shallower foreign transaction
+    /// holds costs only that operation, REJECTED with that transaction as proof once it is
+    /// at depth.
     async fn chain_nonce(&self, account: Address) -> sigcast_jsonrpc::Result<u64> {
         let fresh = self
             .nonces
@@ -164,7 +172,25 @@ impl EvmChain {
             .entry(account)
             .or_default()
             .clone();
-        fresh.get(|| self.pool.nonce(account)).await
+        if self.confirmations <= 1 {
+            return fresh.get(|| self.pool.nonce(account)).await;
+        }
+        // One endpoint answers both the head and the count under it.
+        fresh
+            .get(|| async {
+                let mut errors = Vec::new();
+                for endpoint in self.pool.ranked_endpoints() {
+                    match settled_nonce(&endpoint, account, self.confirmations).await {
+                        Ok(nonce) => return Ok(nonce),
+                        Err(error) => errors.push(error),
+                    }
+                }
+                Err(sigcast_jsonrpc::Error::AllEndpointsFailed {
+                    method: "eth_getTransactionCount",
+                    errors,
+                })
+            })
+            .await
     }
 
     /// Fees for a new transaction now, of the configured type (read at most once a second).
@@ -272,6 +298,7 @@ impl Signer {
                 chain.chain_id,
                 EvmChain {
                     pool: EvmRpc::new(&chain.rpc_urls, timeout)?,
+                    confirmations: config.confirmations,
                     tx_type: chain.tx_type,
                     max_fee_per_gas: u128::from(chain.max_fee_per_gas_gwei) * 1_000_000_000,
                     max_fee_per_gas_gwei: chain.max_fee_per_gas_gwei,

@@ -280,15 +280,14 @@ async fn sign_one(world: &World, job: &SignJob<Purpose>, rng: &mut StdRng) -> Re
     let endpoint = rng.gen_range(0..world.endpoints.len());
     match job.purpose {
         Purpose::Initial => {
-            let chain_nonce = world.endpoints[endpoint]
-                .request(
-                    "eth_getTransactionCount",
-                    json!([from.to_string(), "latest"]),
-                )
-                .await
-                .ok()
-                .and_then(|v| sigcast_jsonrpc::quantity(&v))
-                .ok_or("nonce unreadable")?;
+            // The signer's own read: the count at the broadcaster's confirmation depth.
+            let chain_nonce = sigcast_evm::evidence::settled_nonce(
+                &world.endpoints[endpoint],
+                from,
+                world.signer_depth(),
+            )
+            .await
+            .map_err(|e| format!("nonce unreadable: {e}"))?;
             let fees = fees(world, endpoint).await?.capped(world.fee_cap());
             let request = InitialEvm {
                 root,

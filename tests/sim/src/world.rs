@@ -45,11 +45,14 @@ pub enum Tamper {
     /// Solana: an endpoint's first slot kept read before the statuses, not after (the
     /// pruned-during-the-read defect the simulation found).
     HistoryReadFirst,
+    /// EVM: the signer skips another sender's nonce as soon as the head shows it used, not
+    /// at the confirmation depth (the reorged-gap defect the simulation found).
+    LatestNonce,
 }
 
 impl Tamper {
     /// Every tamper, by its command-line name.
-    pub const ALL: [(&str, Tamper); 11] = [
+    pub const ALL: [(&str, Tamper); 12] = [
         ("none", Tamper::None),
         ("null-receipt-rejects", Tamper::NullReceiptRejects),
         ("ignore-revision", Tamper::IgnoreRevision),
@@ -61,6 +64,7 @@ impl Tamper {
         ("cancel-resends", Tamper::CancelResends),
         ("ignore-nonce-slot", Tamper::IgnoreNonceSlot),
         ("history-read-first", Tamper::HistoryReadFirst),
+        ("latest-nonce", Tamper::LatestNonce),
     ];
 }
 
@@ -290,6 +294,15 @@ impl World {
         match self.settings.tamper {
             Tamper::Uncapped => u128::MAX,
             _ => FEE_CAP,
+        }
+    }
+
+    /// How deep the signer reads the account's count of another sender's transactions: the
+    /// broadcaster's depth (or, broken on purpose, the head).
+    pub(crate) fn signer_depth(&self) -> u64 {
+        match self.settings.tamper {
+            Tamper::LatestNonce => 1,
+            _ => self.rules.confirmations,
         }
     }
 

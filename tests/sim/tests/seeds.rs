@@ -60,8 +60,10 @@ fn the_second_half_of_the_seed_budget_breaks_no_invariant() {
     run_seeds((1..budget()).step_by(2));
 }
 
-/// Seeds that found a defect once; each stays here with its fix.
-const REGRESSIONS: &[u64] = &[];
+/// Seeds that found a defect once; each stays here with its fix. 5258, 12069, 15910, 16493:
+/// another sender's transaction reorged out and dropped under a nonce the signer had skipped
+/// for it (each breaks liveness under `Tamper::LatestNonce`).
+const REGRESSIONS: &[u64] = &[5258, 12069, 15910, 16493];
 
 #[test]
 fn seeds_that_once_found_a_defect_break_nothing() {
@@ -198,4 +200,17 @@ fn the_first_slot_kept_read_before_the_statuses_is_caught_at_its_seed() {
         .first()
         .expect("the history read first went unnoticed by its seed");
     assert!(violation.contains("has attempt 1 on chain"), "{violation}");
+}
+
+#[test]
+fn another_sender_s_nonce_skipped_before_it_is_at_depth_is_caught_at_its_seed() {
+    // Rarer than the budget: the seed that caught it in a run of 20,000, before the fix.
+    let mut settings = Settings::draw(12069);
+    settings.tamper = Tamper::LatestNonce;
+    let report = run(12069, settings, false);
+    let violation = report
+        .violations
+        .first()
+        .expect("the nonce skipped at the head went unnoticed by its seed");
+    assert!(violation.contains("not terminal"), "{violation}");
 }

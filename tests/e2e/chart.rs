@@ -210,7 +210,9 @@ fn the_chart_lints_renders_validates_and_configures_each_service() {
     assert!(broadcaster.contains("signer_url = \"https://sigcast-signer.payments.svc:50054\""));
     // One depth for both: the signer skips another sender's nonce only at the depth the
     // broadcaster settles on.
-    assert!(broadcaster.contains("confirmations = 12") && signer.contains("confirmations = 12"));
+    assert!(
+        broadcaster.contains("confirmations = 12\n") && signer.contains("confirmations = 12\n")
+    );
 
     // The small install: one Pod, three containers, one volume; the signer alone has keys.
     let embedded = render(Some("embedded-values.yaml"));

@@ -237,16 +237,27 @@ async fn nonce_at(
     quantity(&value).ok_or_else(|| malformed(endpoint, "a transaction count", &value))
 }
 
-/// The account's transaction count as `endpoint` shows it `confirmations` deep: at its head
-/// for 1 (or 0), else at the block `confirmations - 1` below its head, read against that one
-/// head. A nonce taken by another sender only this deep is skipped when allocating: a
+/// An account's transaction count as one endpoint shows it, at its head and `confirmations`
+/// deep (the same for a depth of 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccountNonces {
+    /// At the head: every included transaction, however shallow.
+    pub head: u64,
+    /// At the block `confirmations - 1` below the head, read against the same head.
+    pub settled: u64,
+}
+
+/// The account's transaction count as `endpoint` shows it, at its head and `confirmations`
+/// deep. A nonce another sender took is skipped when allocating only once it is settled: a
 /// transaction shallower than that can still be reorged out and never mined again, and every
-/// nonce allocated past its gap would then wait for a transaction nobody sends.
-pub async fn settled_nonce(
+/// nonce allocated past its gap would then wait for a transaction nobody sends. An endpoint
+/// must keep state that deep (full nodes keep about 128 blocks); one that does not fails
+/// the read.
+pub async fn account_nonces(
     endpoint: &impl Endpoint,
     account: Address,
     confirmations: u64,
-) -> Result<u64, RpcError> {
+) -> Result<AccountNonces, RpcError> {
     if confirmations <= 1 {
         let value = endpoint
             .request(
@@ -254,11 +265,19 @@ pub async fn settled_nonce(
                 json!([format!("{account:#x}"), "latest"]),
             )
             .await?;
-        return quantity(&value).ok_or_else(|| malformed(endpoint, "a transaction count", &value));
+        let count =
+            quantity(&value).ok_or_else(|| malformed(endpoint, "a transaction count", &value))?;
+        return Ok(AccountNonces {
+            head: count,
+            settled: count,
+        });
     }
     let value = endpoint.request("eth_blockNumber", json!([])).await?;
     let head = quantity(&value).ok_or_else(|| malformed(endpoint, "a block number", &value))?;
-    nonce_at(endpoint, account, head.saturating_sub(confirmations - 1)).await
+    Ok(AccountNonces {
+        head: nonce_at(endpoint, account, head).await?,
+        settled: nonce_at(endpoint, account, head.saturating_sub(confirmations - 1)).await?,
+    })
 }
 
 /// Reads what `endpoint` shows of the account's `nonce`, used by one of `attempts` or not.
@@ -830,13 +849,14 @@ mod tests {
             asked: Mutex::default(),
         };
         let account: Address = ACCOUNT.parse().unwrap();
-        let settled = |confirmations| settled_nonce(&node, account, confirmations);
-        assert_eq!(settled(0).await.unwrap(), 6);
-        assert_eq!(settled(1).await.unwrap(), 6);
+        let read = |confirmations| account_nonces(&node, account, confirmations);
+        let nonces = |head, settled| AccountNonces { head, settled };
+        assert_eq!(read(0).await.unwrap(), nonces(6, 6));
+        assert_eq!(read(1).await.unwrap(), nonces(6, 6));
         // Block 7 is 4 deep: settled at 4, not at 5.
-        assert_eq!(settled(4).await.unwrap(), 6);
-        assert_eq!(settled(5).await.unwrap(), 5);
-        assert_eq!(settled(100).await.unwrap(), 5, "clamped at genesis");
+        assert_eq!(read(4).await.unwrap(), nonces(6, 6));
+        assert_eq!(read(5).await.unwrap(), nonces(6, 5));
+        assert_eq!(read(100).await.unwrap(), nonces(6, 5), "clamped at genesis");
         assert_eq!(
             node.asked.lock().unwrap().last().unwrap(),
             &format!("eth_getTransactionCount[\"{ACCOUNT}\",\"0x0\"]")
@@ -845,7 +865,7 @@ mod tests {
             no_state: true,
             ..node
         };
-        assert!(settled_nonce(&unreadable, account, 3).await.is_err());
+        assert!(account_nonces(&unreadable, account, 3).await.is_err());
     }
 
     #[tokio::test]

@@ -13,7 +13,7 @@ use sigcast_domain::policy::{KeyPolicy, check_intent, policy_for};
 use sigcast_domain::{EvmAddress, EvmTransfer, Wei};
 use sigcast_domain::{Intent, IntentRules, OperationState};
 use sigcast_evm::U256;
-use sigcast_evm::evidence::settled_nonce;
+use sigcast_evm::evidence::{AccountNonces, account_nonces};
 use sigcast_evm::{Address, EvmRpc, FeeLimits, Fees, TxParams, build_transaction, params_of};
 use sigcast_proto::sigcast::signer::v1::{AuditRecord, SignPurpose};
 use sigcast_proto::{intent_from_proto, pb, state_from_proto, state_to_proto};
@@ -83,7 +83,7 @@ struct EvmChain {
     /// The last fees read and when: under load every signature would otherwise read them.
     fees: Fresh<Fees>,
     /// Each account's nonce as last read from the chain, and when.
-    nonces: std::sync::Mutex<HashMap<Address, Arc<Fresh<u64>>>>,
+    nonces: std::sync::Mutex<HashMap<Address, Arc<Fresh<AccountNonces>>>>,
     /// Set once an endpoint of the chain answered with the configured chain id. Nothing is
     /// signed for a chain before that: a transaction for one chain sent to another is at
     /// best wasted, at worst replayable there.
@@ -155,16 +155,17 @@ impl<T: Copy> Fresh<T> {
 }
 
 impl EvmChain {
-    /// The account's transaction count on chain at the confirmation depth, read at most once
-    /// a second. Allocation takes the larger of it and the store's next nonce, so a value up
-    /// to a second old only delays noticing a send made outside sigcast; it never hands out a
-    /// used nonce twice (the store does not) and the broadcaster proves such a nonce consumed
-    /// from fresh reads. Read at depth because a nonce skipped for another sender's
-    /// transaction that a reorg then drops would leave a gap nobody fills: every operation
-    /// allocated past it would wait for ever. Taking a nonce a shallower foreign transaction
-    /// holds costs only that operation, REJECTED with that transaction as proof once it is
-    /// at depth.
-    async fn chain_nonce(&self, account: Address) -> sigcast_jsonrpc::Result<u64> {
+    /// The account's transaction count on chain, at the head and at the confirmation depth,
+    /// read at most once a second. Allocation takes the larger of the settled count and the
+    /// store's next nonce, so a value up to a second old only delays noticing a send made
+    /// outside sigcast; it never hands out a used nonce twice (the store does not) and the
+    /// broadcaster proves such a nonce consumed from fresh reads. Settled, because a nonce
+    /// skipped for another sender's transaction that a reorg then drops would leave a gap
+    /// nobody fills: every operation allocated past it would wait for ever. The price: each
+    /// nonce another sender took less than `confirmations` deep when we allocate it costs
+    /// one operation, REJECTED with that transaction as proof once it is deep (CONFIRMED if
+    /// it is reorged out instead).
+    async fn chain_nonce(&self, account: Address) -> sigcast_jsonrpc::Result<AccountNonces> {
         let fresh = self
             .nonces
             .lock()
@@ -173,22 +174,32 @@ impl EvmChain {
             .or_default()
             .clone();
         if self.confirmations <= 1 {
-            return fresh.get(|| self.pool.nonce(account)).await;
+            return fresh
+                .get(|| async {
+                    let count = self.pool.nonce(account).await?;
+                    Ok(AccountNonces {
+                        head: count,
+                        settled: count,
+                    })
+                })
+                .await;
         }
-        // One endpoint answers both the head and the count under it.
+        // One endpoint answers the head and both counts under it.
         fresh
             .get(|| async {
                 let mut errors = Vec::new();
                 for endpoint in self.pool.ranked_endpoints() {
-                    match settled_nonce(&endpoint, account, self.confirmations).await {
-                        Ok(nonce) => return Ok(nonce),
-                        Err(error) => errors.push(error),
+                    match account_nonces(&endpoint, account, self.confirmations).await {
+                        Ok(nonces) => return Ok(nonces),
+                        Err(error) => errors.push(error.to_string()),
                     }
                 }
-                Err(sigcast_jsonrpc::Error::AllEndpointsFailed {
-                    method: "eth_getTransactionCount",
-                    errors,
-                })
+                Err(sigcast_jsonrpc::Error::Shared(format!(
+                    "no endpoint answered the account's transaction count {} blocks deep \
+                     (`confirmations`; the endpoint must keep state that deep): {}",
+                    self.confirmations,
+                    errors.join("; ")
+                )))
             })
             .await
     }
@@ -815,8 +826,9 @@ pub struct InitialEvm {
     pub policy: Option<KeyPolicy>,
     /// The value the intent moves, in wei.
     pub value: U256,
-    /// The account's transaction count on chain, as read.
-    pub chain_nonce: u64,
+    /// The account's transaction count on chain, as read: allocation goes past the settled
+    /// one; the one at the head measures what is in flight.
+    pub chain_nonce: AccountNonces,
     /// The transaction's gas limit.
     pub gas_limit: u64,
     /// Its fees.
@@ -860,12 +872,17 @@ pub fn sign_initial_evm(
             return Ok(Err(refusal));
         }
     }
-    let allocation =
-        match accounts::allocate_nonce(tx, &r.root, &chain_key, &account, &r.op_id, r.chain_nonce)?
-        {
-            Ok(allocation) => allocation,
-            Err(taken) => return Ok(Err(Error::Interlock(taken))),
-        };
+    let allocation = match accounts::allocate_nonce(
+        tx,
+        &r.root,
+        &chain_key,
+        &account,
+        &r.op_id,
+        r.chain_nonce.settled,
+    )? {
+        Ok(allocation) => allocation,
+        Err(taken) => return Ok(Err(Error::Interlock(taken))),
+    };
     // A gauge set is idempotent: a body re-run after an unknown commit sets it again.
     sigcast_telemetry::metrics::metrics()
         .nonce_lag
@@ -873,7 +890,9 @@ pub fn sign_initial_evm(
             ("chain", stored.chain.as_str()),
             ("account", account.as_str()),
         ]))
-        .set(i64::try_from(allocation.nonce.saturating_sub(r.chain_nonce)).unwrap_or(i64::MAX));
+        .set(
+            i64::try_from(allocation.nonce.saturating_sub(r.chain_nonce.head)).unwrap_or(i64::MAX),
+        );
     if let Some((store_next, chain_next)) = allocation.external_gap {
         tracing::warn!(
             sigcast.op_id = %r.op_id, account = %account, store_next, chain_next,

@@ -281,7 +281,7 @@ async fn sign_one(world: &World, job: &SignJob<Purpose>, rng: &mut StdRng) -> Re
     match job.purpose {
         Purpose::Initial => {
             // The signer's own read: the count at the broadcaster's confirmation depth.
-            let chain_nonce = sigcast_evm::evidence::settled_nonce(
+            let chain_nonce = sigcast_evm::evidence::account_nonces(
                 &world.endpoints[endpoint],
                 from,
                 world.signer_depth(),

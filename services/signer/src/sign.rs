@@ -1556,4 +1556,28 @@ mod fresh_tests {
         let value = fresh.get(|| async { Ok(9) }).await.unwrap();
         assert_eq!(value, 9);
     }
+
+    #[tokio::test]
+    async fn a_count_at_depth_no_endpoint_answers_names_the_setting() {
+        // Nothing listens on port 1: the read fails as on a node keeping no state that deep.
+        let chain = EvmChain {
+            pool: EvmRpc::new(&["http://127.0.0.1:1".into()], Duration::from_secs(1)).unwrap(),
+            confirmations: 3,
+            tx_type: TxType::Eip1559,
+            max_fee_per_gas: 1,
+            max_fee_per_gas_gwei: 1,
+            fees: Fresh::default(),
+            nonces: std::sync::Mutex::new(HashMap::new()),
+            verified: std::sync::atomic::AtomicBool::new(true),
+        };
+        let error = chain
+            .chain_nonce(Address::ZERO)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("3 blocks deep") && error.contains("`confirmations`"),
+            "{error}"
+        );
+    }
 }

@@ -950,3 +950,39 @@ async fn a_nonce_another_sender_holds_above_the_depth_is_not_skipped_so_a_reorg_
         U256::from(9_000u64)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_in_flight_gauge_counts_from_the_head_whatever_the_confirmation_depth() {
+    use crate::observability::{scrape, total};
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        confirmations: 3,
+        ..Default::default()
+    })
+    .await;
+    let node = node(&stack).await;
+    pause_mining(&node).await;
+    let mut client = stack.client().await;
+    client
+        .submit_operation(transfer("first", DEV[0], &recipient(0), 1_000))
+        .await
+        .unwrap();
+    wait_for(&stack, "first", "sent", |op| accepted(op, "")).await;
+    // Ours at nonce 0, one block deep: included, not yet settled.
+    mine(&node).await;
+    // The signer reads the chain at most once a second: the next read sees the block.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    client
+        .submit_operation(transfer("second", DEV[0], &recipient(0), 2_000))
+        .await
+        .unwrap();
+    let second = wait_for(&stack, "second", "signed", |op| !op.attempts.is_empty()).await;
+    assert_eq!(
+        second.signing,
+        Some(pb::operation::Signing::Evm(pb::EvmSigning { nonce: 1 }))
+    );
+    // Nonce 1 signed while nonce 0 is included: nothing else is in flight. (Counted from the
+    // settled count instead, the included transaction would show as in flight.)
+    let samples = scrape(stack.metrics_addr("signer-0")).await;
+    assert_eq!(total(&samples, "sigcast_nonce_lag", &[]), 0.0);
+}

@@ -40,11 +40,21 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
-/// A free loopback port: bound by the OS, then released for the child to bind.
+/// A free loopback port: bound by the OS, then released for the child to bind. Never one
+/// this process handed out before: the OS gives a released port out again (140 times in 2,000
+/// binds here), and a stack whose metrics and gRPC addresses came out equal failed to start.
 pub fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port");
+        if !handed_out.contains(&addr.port()) {
+            handed_out.push(addr.port());
+            return addr;
+        }
+    }
 }
 
 /// A sigcast service process (gateway, signer, broadcaster): started with a config file in a
@@ -272,4 +282,16 @@ pub fn grpcurl(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_free_port_is_never_handed_out_twice() {
+        let mut ports: Vec<u16> = (0..2_000).map(|_| super::free_addr().port()).collect();
+        ports.sort_unstable();
+        let before = ports.len();
+        ports.dedup();
+        assert_eq!(ports.len(), before, "a port handed out twice");
+    }
 }

@@ -227,11 +227,20 @@ async fn nonce_at(
     account: Address,
     number: u64,
 ) -> Result<u64, RpcError> {
+    transaction_count(endpoint, account, hex(number)).await
+}
+
+/// The account's transaction count after `block` (a number in hex, or a tag).
+async fn transaction_count(
+    endpoint: &impl Endpoint,
+    account: Address,
+    block: String,
+) -> Result<u64, RpcError> {
     let value = endpoint
         .request(
             "eth_getTransactionCount",
             // Lowercase hex: a checksummed address costs a Keccak hash per request.
-            json!([format!("{account:#x}"), hex(number)]),
+            json!([format!("{account:#x}"), block]),
         )
         .await?;
     quantity(&value).ok_or_else(|| malformed(endpoint, "a transaction count", &value))
@@ -259,14 +268,7 @@ pub async fn account_nonces(
     confirmations: u64,
 ) -> Result<AccountNonces, RpcError> {
     if confirmations <= 1 {
-        let value = endpoint
-            .request(
-                "eth_getTransactionCount",
-                json!([format!("{account:#x}"), "latest"]),
-            )
-            .await?;
-        let count =
-            quantity(&value).ok_or_else(|| malformed(endpoint, "a transaction count", &value))?;
+        let count = transaction_count(endpoint, account, "latest".into()).await?;
         return Ok(AccountNonces {
             head: count,
             settled: count,

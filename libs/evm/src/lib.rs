@@ -21,4 +21,4 @@ pub use tx::{
     params_of,
 };
 
-pub use alloy_primitives::{Address, B256, Signature, U256};
+pub use alloy_primitives::{Address, B256, Signature, U256, hex};

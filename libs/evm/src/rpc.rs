@@ -42,7 +42,7 @@ impl EvmRpc {
             .0
             .send(
                 "eth_sendRawTransaction",
-                json!([format!("0x{}", hex_lower(raw))]),
+                json!([alloy_primitives::hex::encode_prefixed(raw)]),
             )
             .await;
         let endpoint = sent.endpoint;
@@ -149,7 +149,7 @@ impl EvmRpc {
         let value = alloy_primitives::U256::from_str_radix(value_wei, 10).unwrap_or_default();
         let call = json!({
             "from": from.to_string(), "to": to.to_string(),
-            "value": format!("0x{value:x}"), "data": format!("0x{}", hex_lower(data)),
+            "value": format!("0x{value:x}"), "data": alloy_primitives::hex::encode_prefixed(data),
         });
         self.read_as("eth_estimateGas", json!([call]), as_u64).await
     }
@@ -158,10 +158,6 @@ impl EvmRpc {
 /// A quantity answer as u64; anything else is the endpoint's fault (see `RpcPool::read_as`).
 fn as_u64(value: Value) -> std::result::Result<u64, Value> {
     quantity(&value).ok_or(value)
-}
-
-fn hex_lower(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn parse_b256(value: &Value) -> Option<B256> {

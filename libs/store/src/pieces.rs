@@ -56,7 +56,13 @@ pub(crate) fn join(
             reason: "stored in pieces, but no piece is there".into(),
         });
     }
-    Ok(parts.into_iter().flat_map(|(_, piece)| piece).collect())
+    // One copy of each piece (a byte-by-byte flatten cost 70% of a simulated run with large
+    // records).
+    let mut whole = Vec::with_capacity(parts.iter().map(|(_, piece)| piece.len()).sum());
+    for (_, piece) in parts {
+        whole.extend_from_slice(&piece);
+    }
+    Ok(whole)
 }
 
 /// The whole value at `key`, if any.

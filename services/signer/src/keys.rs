@@ -72,32 +72,47 @@ pub fn read_secret(
     }
 }
 
+/// What signs secp256k1 digests for one account. The signer's keys are a keystore's,
+/// decrypted into this process, or a PKCS#11 token's; the simulation plugs a token that fails
+/// into the same signing bodies through it.
+pub trait DigestSigner: Send + Sync {
+    /// Signs a 32-byte digest.
+    fn sign_digest(&self, hash: &sigcast_evm::B256) -> Result<sigcast_evm::Signature, String>;
+
+    /// Where the key lives: `keystore` (in this process) or `pkcs11`.
+    fn backend(&self) -> &'static str;
+}
+
+impl DigestSigner for PrivateKeySigner {
+    fn sign_digest(&self, hash: &sigcast_evm::B256) -> Result<sigcast_evm::Signature, String> {
+        use alloy_signer::SignerSync;
+        self.sign_hash_sync(hash).map_err(|e| e.to_string())
+    }
+
+    fn backend(&self) -> &'static str {
+        "keystore"
+    }
+}
+
 /// A key the signer can sign with: decrypted from a keystore into this process, or inside a
 /// PKCS#11 token.
 #[derive(Clone)]
-pub enum KeyHandle {
-    /// Decrypted from an encrypted keystore file.
-    Keystore(Arc<PrivateKeySigner>),
-    /// In a PKCS#11 token; never leaves it.
-    Token(Arc<crate::token::TokenKey>),
-}
+pub struct KeyHandle(Arc<dyn DigestSigner>);
 
 impl KeyHandle {
+    /// A handle on `key`.
+    pub fn new(key: impl DigestSigner + 'static) -> Self {
+        Self(Arc::new(key))
+    }
+
     /// Signs a 32-byte digest.
     pub fn sign_hash(&self, hash: &sigcast_evm::B256) -> Result<sigcast_evm::Signature, String> {
-        use alloy_signer::SignerSync;
-        match self {
-            KeyHandle::Keystore(key) => key.sign_hash_sync(hash).map_err(|e| e.to_string()),
-            KeyHandle::Token(key) => key.sign_hash(hash).map_err(|e| e.to_string()),
-        }
+        self.0.sign_digest(hash)
     }
 
     /// Where the key lives.
     pub fn backend(&self) -> &'static str {
-        match self {
-            KeyHandle::Keystore(_) => "keystore",
-            KeyHandle::Token(_) => "pkcs11",
-        }
+        self.0.backend()
     }
 }
 
@@ -199,7 +214,7 @@ impl Keyring {
                     reason: e.to_string(),
                 }
             })?;
-            keys.insert(signer.address(), KeyHandle::Keystore(Arc::new(signer)));
+            keys.insert(signer.address(), KeyHandle::new(signer));
         }
         Ok(Self {
             keys,
@@ -212,8 +227,7 @@ impl Keyring {
     pub fn add_token_keys(&mut self, keys: Vec<crate::token::TokenKey>) {
         for key in keys {
             self.token.get_or_insert_with(|| key.health());
-            self.keys
-                .insert(key.address, KeyHandle::Token(Arc::new(key)));
+            self.keys.insert(key.address, KeyHandle::new(key));
         }
     }
 

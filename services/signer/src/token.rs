@@ -610,6 +610,16 @@ pub struct TokenKey {
     pub label: String,
 }
 
+impl crate::keys::DigestSigner for TokenKey {
+    fn sign_digest(&self, hash: &B256) -> Result<Signature, String> {
+        self.sign_hash(hash).map_err(|e| e.to_string())
+    }
+
+    fn backend(&self) -> &'static str {
+        "pkcs11"
+    }
+}
+
 impl TokenKey {
     /// A handle for checking the token's session.
     pub fn health(&self) -> TokenHealth {

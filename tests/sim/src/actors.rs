@@ -10,7 +10,7 @@ use alloy_signer_local::PrivateKeySigner;
 use rand::Rng;
 use rand::rngs::StdRng;
 use serde_json::json;
-use sigcast_domain::{EvmAddress, EvmTransfer, Intent, OpId, Wei};
+use sigcast_domain::{EvmAddress, EvmContractCall, EvmTransfer, Intent, OpId, Wei};
 use sigcast_evm::{Address, B256, Fees, TxParams, params_of};
 use sigcast_jsonrpc::Endpoint;
 use sigcast_proto::{intent_from_proto, new_operation, pb};
@@ -48,10 +48,6 @@ pub(crate) type SignQueue<P> = std::sync::Mutex<std::collections::VecDeque<SignJ
 
 const CHAIN: &str = "eip155:31337";
 const SIGN_TIMEOUT_MS: u64 = 3_000;
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// The client side: submits operations, replays some, conflicts on purpose, cancels some.
 pub(crate) async fn gateway(world: Rc<World>, rng: StdRng) {
@@ -150,13 +146,28 @@ pub(crate) async fn submit_all<W: std::ops::Deref<Target = Base> + 'static>(
     }
 }
 
+/// Operation `op_id` of `account`, worth `value` wei: a transfer, or (in a seed with large
+/// calls, a third of them) a contract call with 100–120 kB of calldata.
 fn transfer(world: &World, op_id: &str, account: usize, value: u64) -> pb::Operation {
-    let intent = Intent::EvmTransfer(EvmTransfer {
-        chain_id: 31337,
-        from: EvmAddress::from(world.accounts[account].0.0),
-        to: EvmAddress::from([0xbe; 20]),
-        value: Wei::parse(&value.to_string()).expect("a decimal amount"),
-    });
+    let from = EvmAddress::from(world.accounts[account].0.0);
+    let intent = if world.settings.large_calls && value.is_multiple_of(3) {
+        let len = 100_001 + (value % 5) as usize * 5_000;
+        Intent::EvmContractCall(EvmContractCall {
+            chain_id: 31337,
+            from,
+            to: EvmAddress::from([0xca; 20]),
+            data: vec![(value % 251) as u8; len],
+            value: Wei::zero(),
+            gas_limit: Some(21_000 + 16 * len as u64),
+        })
+    } else {
+        Intent::EvmTransfer(EvmTransfer {
+            chain_id: 31337,
+            from,
+            to: EvmAddress::from([0xbe; 20]),
+            value: Wei::parse(&value.to_string()).expect("a decimal amount"),
+        })
+    };
     new_operation(&OpId::parse(op_id).expect("a valid op_id"), &intent)
 }
 
@@ -267,16 +278,18 @@ async fn sign_one(world: &World, job: &SignJob<Purpose>, rng: &mut StdRng) -> Re
     let rules = world.intent_rules();
     let intent =
         intent_from_proto("intent", op.intent.as_ref(), &rules).map_err(|v| format!("{v:?}"))?;
-    let Intent::EvmTransfer(transfer) = &intent else {
-        return Err("only EVM transfers are simulated".into());
+    let (sender, gas_limit) = match &intent {
+        Intent::EvmTransfer(transfer) => (transfer.from, 21_000),
+        Intent::EvmContractCall(call) => (call.from, call.gas_limit.unwrap_or(21_000)),
+        _ => return Err("only EVM transfers and calls are simulated".into()),
     };
-    let from = Address::from(*transfer.from.as_bytes());
+    let from = Address::from(*sender.as_bytes());
     let index = world
         .accounts
         .iter()
         .position(|a| *a == from)
         .ok_or("no key")?;
-    let key = sigcast_signer::keys::KeyHandle::Keystore(Arc::new(world.keys[index].clone()));
+    let key = world.key(index);
     let endpoint = rng.gen_range(0..world.endpoints.len());
     match job.purpose {
         Purpose::Initial => {
@@ -298,14 +311,13 @@ async fn sign_one(world: &World, job: &SignJob<Purpose>, rng: &mut StdRng) -> Re
                 policy: None,
                 value: sigcast_evm::U256::from(1_000u64),
                 chain_nonce,
-                gas_limit: 21_000,
+                gas_limit,
                 fees,
                 key,
             };
             attempt_signed(
                 world
-                    .store
-                    .run_or_refuse(|tx| sign_initial_evm(tx, &request))
+                    .commit_signing(|tx| sign_initial_evm(tx, &request))
                     .await,
             )
         }
@@ -351,8 +363,8 @@ async fn sign_one(world: &World, job: &SignJob<Purpose>, rng: &mut StdRng) -> Re
                 SignerReplacement::Cancel | SignerReplacement::GapFill => (
                     Intent::EvmTransfer(EvmTransfer {
                         chain_id: 31337,
-                        from: transfer.from,
-                        to: transfer.from,
+                        from: sender,
+                        to: sender,
                         value: Wei::zero(),
                     }),
                     21_000,
@@ -375,8 +387,7 @@ async fn sign_one(world: &World, job: &SignJob<Purpose>, rng: &mut StdRng) -> Re
             };
             attempt_signed(
                 world
-                    .store
-                    .run_or_refuse(|tx| sign_replacement_evm(tx, &request))
+                    .commit_signing(|tx| sign_replacement_evm(tx, &request))
                     .await,
             )
         }
@@ -686,7 +697,7 @@ async fn send(world: &Rc<World>, name: &str, op_id: &str, attempt: u32, rng: &mu
     let answer = endpoint
         .request(
             "eth_sendRawTransaction",
-            json!([format!("0x{}", hex(&raw))]),
+            json!([sigcast_evm::hex::encode_prefixed(&raw)]),
         )
         .await;
     let outcome = sigcast_evm::send_outcome(&answer);

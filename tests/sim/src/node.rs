@@ -296,7 +296,7 @@ impl SimEndpoint {
         if method == "eth_sendRawTransaction" {
             let raw = params[0]
                 .as_str()
-                .and_then(|h| hex_decode(h.strip_prefix("0x")?))
+                .and_then(|h| sigcast_evm::hex::decode(h.strip_prefix("0x")?).ok())
                 .unwrap_or_default();
             let losses = (node.faults.lose_before, node.faults.lose_after);
             let taken = lossy_send(&endpoint, &mut node.rng, losses, || {
@@ -353,13 +353,6 @@ pub(crate) fn refused(endpoint: &str) -> RpcError {
         message: "connection refused".into(),
         maybe_delivered: false,
     }
-}
-
-fn hex_decode(text: &str) -> Option<Vec<u8>> {
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 impl Endpoint for SimEndpoint {

@@ -7,12 +7,15 @@ use crate::exec::{Task, now_ms};
 use crate::kv::{Backend, SimStore};
 use crate::node::SimEndpoint;
 use alloy_signer_local::PrivateKeySigner;
+use rand::Rng;
+use rand::rngs::StdRng;
 use sigcast_evm::Address;
 use sigcast_protocol::Rules;
+use sigcast_signer::keys::{DigestSigner, KeyHandle};
+use sigcast_store::KvTransaction;
 use sigcast_store::operations::Guard;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet, VecDeque};
-
 use std::sync::Mutex;
 
 /// A deliberately broken decision, to show the simulation catches it.
@@ -48,11 +51,14 @@ pub enum Tamper {
     /// EVM: the signer skips another sender's nonce as soon as the head shows it used, not
     /// at the confirmation depth (the reorged-gap defect the simulation found).
     LatestNonce,
+    /// EVM: a signing transaction whose body refused (the token failed after the nonce was
+    /// allocated) is committed with what it wrote (the orphaned-nonce defect).
+    CommitRefusals,
 }
 
 impl Tamper {
     /// Every tamper, by its command-line name.
-    pub const ALL: [(&str, Tamper); 12] = [
+    pub const ALL: [(&str, Tamper); 13] = [
         ("none", Tamper::None),
         ("null-receipt-rejects", Tamper::NullReceiptRejects),
         ("ignore-revision", Tamper::IgnoreRevision),
@@ -65,6 +71,7 @@ impl Tamper {
         ("ignore-nonce-slot", Tamper::IgnoreNonceSlot),
         ("history-read-first", Tamper::HistoryReadFirst),
         ("latest-nonce", Tamper::LatestNonce),
+        ("commit-refusals", Tamper::CommitRefusals),
     ];
 }
 
@@ -73,6 +80,19 @@ impl Tamper {
 pub(crate) const FEE_CAP: u128 = 25_000_000_000;
 /// The broadcaster's limit of fee bumps per operation.
 pub(crate) const MAX_FEE_BUMPS: u32 = 3;
+
+/// A PKCS#11 token with a device error: every signature fails.
+struct FailingToken;
+
+impl DigestSigner for FailingToken {
+    fn sign_digest(&self, _: &sigcast_evm::B256) -> Result<sigcast_evm::Signature, String> {
+        Err("token: signing: CKR_DEVICE_ERROR".into())
+    }
+
+    fn backend(&self) -> &'static str {
+        "pkcs11"
+    }
+}
 
 /// What one seed simulates.
 #[derive(Debug, Clone)]
@@ -111,6 +131,12 @@ pub struct Settings {
     pub unknown_commits: f64,
     /// Another holder of the keys sends at their nonces.
     pub outside_sender: bool,
+    /// Share of signatures the key refuses while faults go on, as a PKCS#11 token with a
+    /// device error does: after the nonce is allocated, inside the signing transaction.
+    pub token_failures: f64,
+    /// A third of the operations are contract calls with 100–120 kB of calldata: records and
+    /// payloads larger than one FoundationDB value.
+    pub large_calls: bool,
     /// A broken decision, if any.
     pub tamper: Tamper,
 }
@@ -151,6 +177,8 @@ pub(crate) struct World {
     pub(crate) sign_jobs: SignQueue<Purpose>,
     /// Transactions of the keys sent outside sigcast.
     pub(crate) foreign: Mutex<HashSet<String>>,
+    /// Draws the token's failures, apart from every other draw.
+    token: RefCell<StdRng>,
 }
 
 impl std::ops::Deref for World {
@@ -173,6 +201,7 @@ impl World {
         store: SimStore,
         keys: Vec<PrivateKeySigner>,
         rules: Rules,
+        token: StdRng,
         live_trace: bool,
     ) -> Self {
         let accounts = keys.iter().map(|k| k.address()).collect();
@@ -186,6 +215,7 @@ impl World {
             rules,
             sign_jobs: Mutex::default(),
             foreign: Mutex::default(),
+            token: RefCell::new(token),
         }
     }
 }
@@ -303,6 +333,34 @@ impl World {
         match self.settings.tamper {
             Tamper::LatestNonce => 1,
             _ => self.rules.confirmations,
+        }
+    }
+
+    /// The signer's key of account `index`: in this process, or, while faults go on and at the
+    /// seed's rate, one whose token refuses to sign.
+    pub(crate) fn key(&self, index: usize) -> KeyHandle {
+        let fails = self.faulty()
+            && self.settings.token_failures > 0.0
+            && self
+                .token
+                .borrow_mut()
+                .gen_bool(self.settings.token_failures);
+        if fails {
+            KeyHandle::new(FailingToken)
+        } else {
+            KeyHandle::new(self.keys[index].clone())
+        }
+    }
+
+    /// Commits a signing transaction's body: a refusal rolls back what it wrote (or, broken on
+    /// purpose, is committed with it).
+    pub(crate) async fn commit_signing<T, E>(
+        &self,
+        body: impl FnMut(&mut dyn KvTransaction) -> sigcast_store::Result<Result<T, E>>,
+    ) -> sigcast_store::Result<Result<T, E>> {
+        match self.settings.tamper {
+            Tamper::CommitRefusals => self.store.run(body).await,
+            _ => self.store.run_or_refuse(body).await,
         }
     }
 

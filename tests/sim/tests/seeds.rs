@@ -190,6 +190,14 @@ fn fees_above_the_cap_are_caught_within_the_budget() {
 }
 
 #[test]
+fn a_refused_signature_committed_with_its_nonce_is_caught_within_the_budget() {
+    let (seed, violation) = caught(Tamper::CommitRefusals)
+        .expect("a token failure committed with its nonce allocation went unnoticed by every seed");
+    println!("caught at seed {seed}: {violation}");
+    assert!(violation.contains("orphaned"), "{violation}");
+}
+
+#[test]
 fn the_first_slot_kept_read_before_the_statuses_is_caught_at_its_seed() {
     // Rarer than the budget: the seed that caught it in a run of 20,000.
     let mut settings = SolanaSettings::draw(4156);

@@ -17,6 +17,7 @@ pub mod operations;
 mod pieces;
 mod sqlite;
 mod store;
+pub mod work;
 
 pub use error::{Error, Result};
 pub use foundationdb_tuple as tuple;

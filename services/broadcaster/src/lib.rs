@@ -8,7 +8,6 @@
 mod chains;
 pub mod config;
 mod signer;
-mod work;
 mod worker;
 
 pub use config::Config;

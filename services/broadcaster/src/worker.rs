@@ -10,7 +10,6 @@
 use crate::chains::{self, Chain, Chains, View};
 use crate::config::Config;
 use crate::signer::{Refusal, SignerClient};
-use crate::work::WorkList;
 use futures::StreamExt;
 use sigcast_domain::OperationState;
 use sigcast_evm::EvmRpc;
@@ -21,6 +20,7 @@ use sigcast_protocol::record::{self, reasons};
 use sigcast_protocol::{Action, Evidence, Replacement, Rules, SendOutcome, Settlement, decide};
 use sigcast_runtime::clock::SteadyClock;
 use sigcast_solana::SolanaRpc;
+use sigcast_store::work::{PASS_BUDGET, WorkList};
 use sigcast_store::{Store, accounts, operations};
 use sigcast_telemetry::metrics;
 use sigcast_telemetry::trace::op_span;
@@ -32,8 +32,6 @@ use tracing::Instrument;
 /// The signer refused a replacement at the chain's fee cap.
 struct AtFeeCap;
 
-/// Operations of one state worked on per pass, shared fairly by the accounts with work.
-const PASS_BUDGET: usize = 1_024;
 /// First signatures asked for in one signer call (the signer takes at most 256).
 const SIGN_BATCH: usize = 256;
 /// SENT operations in a pass from which inclusions are read from whole blocks' receipt lists.
@@ -227,10 +225,13 @@ impl Worker {
 
     async fn take(&self, state: pb::OperationState) -> anyhow::Result<Vec<pb::Operation>> {
         let chains: Vec<String> = self.chains.keys().cloned().collect();
-        let ops = self
-            .work
-            .take(&self.store, state, chains, PASS_BUDGET)
+        let listing = self.work.listing(state, chains, PASS_BUDGET);
+        let root = self.store.root().clone();
+        let taken = self
+            .store
+            .read_async(move |tx| listing.read(tx, &root))
             .await?;
+        let ops = self.work.advance(taken);
         let name = state.as_str_name().trim_start_matches("OPERATION_STATE_");
         metrics::metrics()
             .in_flight

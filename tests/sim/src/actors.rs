@@ -21,6 +21,7 @@ use sigcast_signer::{
     sign_initial_evm, sign_replacement_evm,
 };
 use sigcast_store::operations::{self, Guard, SubmitOutcome};
+use sigcast_store::work::{PASS_BUDGET, WorkList};
 use sigcast_store::{accounts, tuple::Subspace};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -51,6 +52,9 @@ const SIGN_TIMEOUT_MS: u64 = 3_000;
 
 /// The client side: submits operations, replays some, conflicts on purpose, cancels some.
 pub(crate) async fn gateway(world: Rc<World>, rng: StdRng) {
+    if world.settings.backlog > 0 {
+        backlog(&world).await;
+    }
     let load = Load {
         ops: world.settings.ops,
         accounts: world.accounts.len(),
@@ -423,6 +427,7 @@ pub(crate) async fn ask_signer<P>(
 
 /// One broadcaster replica: the worker's passes, one operation at a time.
 pub(crate) async fn broadcaster(world: Rc<World>, name: String, mut rng: StdRng) {
+    let work = WorkList::default();
     loop {
         sleep(world.settings.poll_ms).await;
         for state in [
@@ -430,7 +435,7 @@ pub(crate) async fn broadcaster(world: Rc<World>, name: String, mut rng: StdRng)
             pb::OperationState::Signed,
             pb::OperationState::Sent,
         ] {
-            let mut ops = list_work(&world, CHAIN, state);
+            let mut ops = list_work(&world, &work, CHAIN, state, world.settings.tamper);
             if state == pb::OperationState::Signed {
                 ops.sort_by_key(|op| (op.account.clone(), sigcast_protocol::evm::nonce_of(op)));
             }
@@ -442,25 +447,68 @@ pub(crate) async fn broadcaster(world: Rc<World>, name: String, mut rng: StdRng)
     }
 }
 
-/// The work of one state on `chain`, as the worker lists it: account by account.
+/// The work of one state on `chain`, listed by the worker's own listing: account by account,
+/// fairly. Broken on purpose (`--tamper list-by-op-id`), as the worker once listed it: the first
+/// 1,000 operations of the state by op_id, those of other chains dropped afterwards.
 pub(crate) fn list_work(
     world: &Base,
+    work: &WorkList,
     chain: &str,
     state: pb::OperationState,
+    tamper: Tamper,
 ) -> Vec<pb::Operation> {
     let root = world.store.root().clone();
-    world
+    if tamper == Tamper::ListByOpId {
+        let filter = operations::ListFilter {
+            state: Some(state),
+            ..Default::default()
+        };
+        return world
+            .store
+            .read(|tx| operations::list(tx, &root, &filter, None, 1_000))
+            .ok()
+            .and_then(Result::ok)
+            .map(|page| page.operations)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|op| op.chain == chain)
+            .collect();
+    }
+    let listing = work.listing(state, vec![chain.to_owned()], PASS_BUDGET);
+    match world.store.read(|tx| listing.read(tx, &root)) {
+        Ok(taken) => work.advance(taken),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Operations of a chain no simulated process serves, their op_ids sorted before every other:
+/// a backlog that must keep no operation of this chain waiting.
+async fn backlog(world: &World) {
+    let root = world.store.root().clone();
+    let at = system_time();
+    let stored = world
         .store
-        .read(|tx| {
-            let mut ops = Vec::new();
-            for account in operations::work_accounts(tx, &root, state, chain, 1_000)? {
-                let (taken, _) =
-                    operations::work_of_account(tx, &root, state, chain, &account, None, 64)?;
-                ops.extend(taken);
+        .run(|tx| {
+            for i in 0..world.settings.backlog {
+                let mut op = pb::Operation {
+                    op_id: format!("a-{i:04}"),
+                    state: pb::OperationState::Received.into(),
+                    chain: "solana:localnet".into(),
+                    account: "Stuck11111111111111111111111111111111111111".into(),
+                    ..Default::default()
+                };
+                operations::put(tx, &root, None, &mut op, at)?;
             }
-            Ok(ops)
+            Ok(())
         })
-        .unwrap_or_default()
+        .await;
+    match stored {
+        Ok(()) => world.trace(format!(
+            "gateway: a backlog of {} operations of another chain",
+            world.settings.backlog
+        )),
+        Err(error) => world.violation(format!("the backlog was not stored: {error}")),
+    }
 }
 
 async fn work_on(world: &Rc<World>, name: &str, op: pb::Operation, rng: &mut StdRng) {

@@ -101,6 +101,7 @@ impl Settings {
             // versions, seed for seed.
             token_failures: if rng.gen_bool(0.3) { 0.1 } else { 0.0 },
             large_calls: rng.gen_bool(0.1),
+            backlog: if rng.gen_bool(0.05) { 1_100 } else { 0 },
             tamper: Tamper::None,
         }
     }

@@ -54,11 +54,14 @@ pub enum Tamper {
     /// EVM: a signing transaction whose body refused (the token failed after the nonce was
     /// allocated) is committed with what it wrote (the orphaned-nonce defect).
     CommitRefusals,
+    /// The broadcaster's work listed as it once was: the first 1,000 operations of a state by
+    /// op_id, other chains' dropped afterwards (the starved-by-a-backlog defect).
+    ListByOpId,
 }
 
 impl Tamper {
     /// Every tamper, by its command-line name.
-    pub const ALL: [(&str, Tamper); 13] = [
+    pub const ALL: [(&str, Tamper); 14] = [
         ("none", Tamper::None),
         ("null-receipt-rejects", Tamper::NullReceiptRejects),
         ("ignore-revision", Tamper::IgnoreRevision),
@@ -72,6 +75,7 @@ impl Tamper {
         ("history-read-first", Tamper::HistoryReadFirst),
         ("latest-nonce", Tamper::LatestNonce),
         ("commit-refusals", Tamper::CommitRefusals),
+        ("list-by-op-id", Tamper::ListByOpId),
     ];
 }
 
@@ -137,6 +141,9 @@ pub struct Settings {
     /// A third of the operations are contract calls with 100–120 kB of calldata: records and
     /// payloads larger than one FoundationDB value.
     pub large_calls: bool,
+    /// Operations of another chain stored before the run, sorted before its own (a backlog
+    /// no simulated process serves).
+    pub backlog: usize,
     /// A broken decision, if any.
     pub tamper: Tamper,
 }

@@ -198,6 +198,14 @@ fn a_refused_signature_committed_with_its_nonce_is_caught_within_the_budget() {
 }
 
 #[test]
+fn work_listed_by_op_id_behind_another_chain_s_backlog_is_caught_within_the_budget() {
+    let (seed, violation) = caught(Tamper::ListByOpId)
+        .expect("a backlog of another chain starving the work went unnoticed by every seed");
+    println!("caught at seed {seed}: {violation}");
+    assert!(violation.contains("not terminal"), "{violation}");
+}
+
+#[test]
 fn the_first_slot_kept_read_before_the_statuses_is_caught_at_its_seed() {
     // Rarer than the budget: the seed that caught it in a run of 20,000.
     let mut settings = SolanaSettings::draw(4156);

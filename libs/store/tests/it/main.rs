@@ -8,6 +8,7 @@ mod kv;
 mod limits;
 mod multiprocess;
 mod operations;
+mod work;
 
 use sigcast_store::{Backend, Store, StoreConfig};
 use std::path::PathBuf;

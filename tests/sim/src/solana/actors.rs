@@ -432,6 +432,7 @@ async fn lifetime_message(
 
 /// One broadcaster replica: the worker's passes, one operation at a time.
 pub(crate) async fn broadcaster(world: Rc<SolWorld>, name: String, mut rng: StdRng) {
+    let work = sigcast_store::work::WorkList::default();
     loop {
         sleep(200).await;
         for state in [
@@ -439,7 +440,7 @@ pub(crate) async fn broadcaster(world: Rc<SolWorld>, name: String, mut rng: StdR
             pb::OperationState::Signed,
             pb::OperationState::Sent,
         ] {
-            let ops = list_work(&world, CHAIN, state);
+            let ops = list_work(&world, &work, CHAIN, state, world.settings.tamper);
             yield_now().await;
             for op in ops {
                 work_on(&world, &name, op, &mut rng).await;

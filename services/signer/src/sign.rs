@@ -678,17 +678,7 @@ impl Signer {
         let body_requests = requests.clone();
         let together = self
             .store
-            .run_grouped_or_refuse(move |tx| {
-                let mut signed = Vec::with_capacity(body_requests.len());
-                for request in body_requests.iter() {
-                    match sign_initial_evm(tx, request)? {
-                        Ok(one) => signed.push(one),
-                        // Rolls back everything: each is signed again alone.
-                        Err(refusal) => return Ok(Err(refusal)),
-                    }
-                }
-                Ok(Ok(signed))
-            })
+            .run_grouped_or_refuse(move |tx| sign_initial_evm_together(tx, &body_requests))
             .await;
         match together {
             Ok(Ok(signed)) => {
@@ -835,6 +825,24 @@ pub struct InitialEvm {
     pub fees: Fees,
     /// The key of the operation's account.
     pub key: crate::keys::KeyHandle,
+}
+
+/// First signatures of several EVM operations inside the caller's one store transaction, each
+/// as [`sign_initial_evm`] alone, nonces allocated in the order given. The first refusal is
+/// returned as it is, and must roll the whole transaction back (`Store::run_*_or_refuse`):
+/// the caller then signs each alone.
+pub fn sign_initial_evm_together(
+    tx: &mut dyn sigcast_store::KvTransaction,
+    requests: &[Arc<InitialEvm>],
+) -> sigcast_store::Result<Result<Vec<Signed>>> {
+    let mut signed = Vec::with_capacity(requests.len());
+    for request in requests {
+        match sign_initial_evm(tx, request)? {
+            Ok(one) => signed.push(one),
+            Err(refusal) => return Ok(Err(refusal)),
+        }
+    }
+    Ok(Ok(signed))
 }
 
 /// The first signature of an EVM operation, inside the caller's store transaction: the

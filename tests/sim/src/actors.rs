@@ -16,9 +16,10 @@ use sigcast_jsonrpc::Endpoint;
 use sigcast_proto::{intent_from_proto, new_operation, pb};
 use sigcast_protocol::record;
 use sigcast_protocol::{Action, Evidence, Replacement, Settlement, Why, decide, reasons};
+use sigcast_signer::keys::KeyHandle;
 use sigcast_signer::{
     InitialEvm, Replacement as SignerReplacement, ReplacementEvm, Signed, replacement_fees,
-    sign_initial_evm, sign_replacement_evm,
+    sign_initial_evm, sign_initial_evm_together, sign_replacement_evm,
 };
 use sigcast_store::operations::{self, Guard, SubmitOutcome};
 use sigcast_store::work::{PASS_BUDGET, WorkList};
@@ -33,12 +34,17 @@ pub(crate) enum Purpose {
     Initial,
     /// A replacement at the same nonce.
     Replace(Replacement),
+    /// First signatures of the job's operation and its `others`, all of one account, in one
+    /// transaction as the signer's batches commit them (`SignOperations`).
+    Together,
 }
 
 /// A request to the signer (for `purpose`, over attempt `replaces`) and the slot its answer
 /// goes to.
 pub(crate) struct SignJob<P> {
     pub(crate) op_id: String,
+    /// Operations signed with `op_id` ([`Purpose::Together`]).
+    pub(crate) others: Vec<String>,
     pub(crate) purpose: P,
     pub(crate) replaces: u32,
     reply: Arc<std::sync::Mutex<Option<Result<u32, String>>>>,
@@ -272,11 +278,21 @@ async fn fees(world: &World, endpoint: usize) -> Result<Fees, String> {
     })
 }
 
-async fn sign_one(world: &World, job: &SignJob<Purpose>, rng: &mut StdRng) -> Result<u32, String> {
+/// What a signature of a recorded operation needs from its record: the record, its intent,
+/// its sender, the gas limit and the key.
+struct Resolved {
+    op: pb::Operation,
+    intent: Intent,
+    sender: EvmAddress,
+    gas_limit: u64,
+    key: KeyHandle,
+}
+
+fn resolve(world: &World, op_id: &str) -> Result<Resolved, String> {
     let root = world.store.root().clone();
     let op = world
         .store
-        .read(|tx| operations::get(tx, &root, &job.op_id))
+        .read(|tx| operations::get(tx, &root, op_id))
         .map_err(|e| e.to_string())?
         .ok_or("not recorded")?;
     let rules = world.intent_rules();
@@ -293,38 +309,152 @@ async fn sign_one(world: &World, job: &SignJob<Purpose>, rng: &mut StdRng) -> Re
         .iter()
         .position(|a| *a == from)
         .ok_or("no key")?;
-    let key = world.key(index);
+    Ok(Resolved {
+        op,
+        intent,
+        sender,
+        gas_limit,
+        key: world.key(index),
+    })
+}
+
+/// The signer's reads before a first signature, from one endpoint: the account's count at
+/// the broadcaster's confirmation depth (the signer's own read), and the fees.
+async fn initial_reads(
+    world: &World,
+    endpoint: usize,
+    from: Address,
+) -> Result<(sigcast_evm::evidence::AccountNonces, Fees), String> {
+    let chain_nonce = sigcast_evm::evidence::account_nonces(
+        &world.endpoints[endpoint],
+        from,
+        world.signer_depth(),
+    )
+    .await
+    .map_err(|e| format!("nonce unreadable: {e}"))?;
+    let fees = fees(world, endpoint).await?.capped(world.fee_cap());
+    Ok((chain_nonce, fees))
+}
+
+/// The first signature's request of `resolved`, with the chain as the signer read it.
+fn initial_request(
+    world: &World,
+    resolved: Resolved,
+    (chain_nonce, fees): (sigcast_evm::evidence::AccountNonces, Fees),
+) -> InitialEvm {
+    InitialEvm {
+        root: world.store.root().clone(),
+        op_id: resolved.op.op_id,
+        caller: "sim".into(),
+        now: system_time(),
+        intent: resolved.intent,
+        policy: None,
+        value: sigcast_evm::U256::from(1_000u64),
+        chain_nonce,
+        gas_limit: resolved.gas_limit,
+        fees,
+        key: resolved.key,
+    }
+}
+
+/// First signatures of one account's operations as the signer's batch signs them: those of
+/// keys in this process in one transaction, or, when it cannot commit, each alone in order;
+/// those of a token each alone. Answers how many were signed.
+async fn sign_together(
+    world: &World,
+    job: &SignJob<Purpose>,
+    rng: &mut StdRng,
+) -> Result<u32, String> {
+    let endpoint = rng.gen_range(0..world.endpoints.len());
+    let mut reads = None;
+    let (mut together, mut alone) = (Vec::new(), Vec::new());
+    for op_id in std::iter::once(&job.op_id).chain(&job.others) {
+        let Ok(resolved) = resolve(world, op_id) else {
+            continue;
+        };
+        let read = match reads {
+            Some(read) => read,
+            None => {
+                let from = Address::from(*resolved.sender.as_bytes());
+                let Ok(read) = initial_reads(world, endpoint, from).await else {
+                    return Err("chain unreadable".into());
+                };
+                *reads.insert(read)
+            }
+        };
+        let request = Arc::new(initial_request(world, resolved, read));
+        match request.key.backend() {
+            "keystore" => together.push(request),
+            _ => alone.push(request),
+        }
+    }
+    let mut signed = 0;
+    for request in &alone {
+        signed += u32::from(
+            attempt_signed(
+                world
+                    .commit_signing(|tx| sign_initial_evm(tx, request))
+                    .await,
+            )
+            .is_ok(),
+        );
+    }
+    if together.is_empty() {
+        return Ok(signed);
+    }
+    match world
+        .commit_signing(|tx| sign_initial_evm_together(tx, &together))
+        .await
+    {
+        Ok(Ok(all)) => Ok(signed + all.len() as u32),
+        _ => {
+            for request in &together {
+                signed += u32::from(
+                    attempt_signed(
+                        world
+                            .commit_signing(|tx| sign_initial_evm(tx, request))
+                            .await,
+                    )
+                    .is_ok(),
+                );
+            }
+            Ok(signed)
+        }
+    }
+}
+
+async fn sign_one(world: &World, job: &SignJob<Purpose>, rng: &mut StdRng) -> Result<u32, String> {
+    if job.purpose == Purpose::Together {
+        return sign_together(world, job, rng).await;
+    }
+    let root = world.store.root().clone();
+    let Resolved {
+        op,
+        intent,
+        sender,
+        gas_limit,
+        key,
+    } = resolve(world, &job.op_id)?;
     let endpoint = rng.gen_range(0..world.endpoints.len());
     match job.purpose {
         Purpose::Initial => {
-            // The signer's own read: the count at the broadcaster's confirmation depth.
-            let chain_nonce = sigcast_evm::evidence::account_nonces(
-                &world.endpoints[endpoint],
-                from,
-                world.signer_depth(),
-            )
-            .await
-            .map_err(|e| format!("nonce unreadable: {e}"))?;
-            let fees = fees(world, endpoint).await?.capped(world.fee_cap());
-            let request = InitialEvm {
-                root,
-                op_id: job.op_id.clone(),
-                caller: "sim".into(),
-                now: system_time(),
-                intent: intent.clone(),
-                policy: None,
-                value: sigcast_evm::U256::from(1_000u64),
-                chain_nonce,
+            let from = Address::from(*sender.as_bytes());
+            let read = initial_reads(world, endpoint, from).await?;
+            let resolved = Resolved {
+                op,
+                intent,
+                sender,
                 gas_limit,
-                fees,
                 key,
             };
+            let request = initial_request(world, resolved, read);
             attempt_signed(
                 world
                     .commit_signing(|tx| sign_initial_evm(tx, &request))
                     .await,
             )
         }
+        Purpose::Together => unreachable!("signed by sign_together"),
         Purpose::Replace(replacement) => {
             let kind = match replacement {
                 Replacement::FeeBump => SignerReplacement::FeeBump,
@@ -406,9 +536,26 @@ pub(crate) async fn ask_signer<P>(
     purpose: P,
     replaces: u32,
 ) -> Result<u32, String> {
+    ask(jobs, op_id, Vec::new(), purpose, replaces).await
+}
+
+/// Asks a signer replica for the first signatures of `op_ids`, all of one account, together.
+async fn ask_signer_together(jobs: &SignQueue<Purpose>, op_ids: &[String]) -> Result<u32, String> {
+    let (first, others) = op_ids.split_first().ok_or("nothing to sign")?;
+    ask(jobs, first, others.to_vec(), Purpose::Together, 0).await
+}
+
+async fn ask<P>(
+    jobs: &SignQueue<P>,
+    op_id: &str,
+    others: Vec<String>,
+    purpose: P,
+    replaces: u32,
+) -> Result<u32, String> {
     let reply = Arc::new(std::sync::Mutex::new(None));
     jobs.lock().unwrap().push_back(SignJob {
         op_id: op_id.to_owned(),
+        others,
         purpose,
         replaces,
         reply: reply.clone(),
@@ -440,11 +587,36 @@ pub(crate) async fn broadcaster(world: Rc<World>, name: String, mut rng: StdRng)
                 ops.sort_by_key(|op| (op.account.clone(), sigcast_protocol::evm::nonce_of(op)));
             }
             yield_now().await;
+            if state == pb::OperationState::Received && world.settings.batch_signing {
+                ops = sign_by_account(&world, &name, ops).await;
+            }
             for op in ops {
                 work_on(&world, &name, op, &mut rng).await;
             }
         }
     }
+}
+
+/// Asks for the first signatures of `ops` account by account, at most 256 in one call, as the
+/// worker asks for them (`SignOperations`); returns the operations decided otherwise.
+async fn sign_by_account(world: &World, name: &str, ops: Vec<pb::Operation>) -> Vec<pb::Operation> {
+    let mut rest = Vec::new();
+    let mut batches: Vec<(String, Vec<String>)> = Vec::new();
+    for op in ops {
+        if decide(&op, &Evidence::None, system_time(), &world.rules) != Action::Sign {
+            rest.push(op);
+            continue;
+        }
+        match batches.last_mut() {
+            Some((account, ids)) if *account == op.account && ids.len() < 256 => ids.push(op.op_id),
+            _ => batches.push((op.account, vec![op.op_id])),
+        }
+    }
+    for (_, ids) in batches {
+        let answer = ask_signer_together(&world.sign_jobs, &ids).await;
+        world.trace(format!("{name}: {ids:?} signed together: {answer:?}"));
+    }
+    rest
 }
 
 /// The work of one state on `chain`, listed by the worker's own listing: account by account,

@@ -6,7 +6,9 @@
 //! signatures the key's token refuses, which operations carry 100 kB of calldata — and the
 //! order in which every process takes its next step. The product's own code runs inside:
 //! `sigcast_protocol::decide`, the evidence readers of `sigcast_evm`, the record functions,
-//! the store's transaction bodies and the signer's signing bodies with in-process keys.
+//! the store's transaction bodies and work listing, and the signer's signing bodies (alone and
+//! in batches) with in-process keys or a token that fails; in some seeds, a backlog of another
+//! chain's operations.
 //! The invariants of `check` are checked after every change of the chain and every settlement,
 //! and, once the faults stop, every operation must be terminal within a bound.
 //!
@@ -75,7 +77,7 @@ impl Settings {
     pub fn draw(seed: u64) -> Self {
         let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
         let max_reorg = rng.gen_range(0..=2);
-        Settings {
+        let mut settings = Settings {
             backend: if rng.gen_bool(0.8) {
                 Backend::Fdb
             } else {
@@ -102,8 +104,14 @@ impl Settings {
             token_failures: if rng.gen_bool(0.3) { 0.1 } else { 0.0 },
             large_calls: rng.gen_bool(0.1),
             backlog: if rng.gen_bool(0.05) { 1_100 } else { 0 },
+            batch_signing: rng.gen_bool(0.5),
             tamper: Tamper::None,
+        };
+        if settings.batch_signing {
+            // Submits in a burst, so that an account has many operations to sign at once.
+            settings.submit_spread_ms = rng.gen_range(5..200);
         }
+        settings
     }
 }
 

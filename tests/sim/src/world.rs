@@ -54,8 +54,8 @@ pub enum Tamper {
     /// EVM: a signing transaction whose body refused (the token failed after the nonce was
     /// allocated) is committed with what it wrote (the orphaned-nonce defect).
     CommitRefusals,
-    /// The broadcaster's work listed as it once was: the first 1,000 operations of a state by
-    /// op_id, other chains' dropped afterwards (the starved-by-a-backlog defect).
+    /// EVM: the broadcaster's work listed as it once was: the first 1,000 operations of a state
+    /// by op_id, other chains' dropped afterwards (the starved-by-a-backlog defect).
     ListByOpId,
 }
 
@@ -144,6 +144,9 @@ pub struct Settings {
     /// Operations of another chain stored before the run, sorted before its own (a backlog
     /// no simulated process serves).
     pub backlog: usize,
+    /// First signatures are asked for account by account, many in one call, and signed in one
+    /// transaction (the signer's batches), instead of one by one.
+    pub batch_signing: bool,
     /// A broken decision, if any.
     pub tamper: Tamper,
 }

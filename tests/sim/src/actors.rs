@@ -64,7 +64,10 @@ pub(crate) async fn gateway(world: Rc<World>, rng: StdRng) {
     let load = Load {
         ops: world.settings.ops,
         accounts: world.accounts.len(),
-        submit_spread_ms: world.settings.submit_spread_ms,
+        submit_spread_ms: world
+            .settings
+            .burst_ms
+            .unwrap_or(world.settings.submit_spread_ms),
         cancel_rate: world.settings.cancel_rate,
     };
     let make = {
@@ -369,17 +372,20 @@ async fn sign_together(
     let mut reads = None;
     let (mut together, mut alone) = (Vec::new(), Vec::new());
     for op_id in std::iter::once(&job.op_id).chain(&job.others) {
+        // As the signer prepares a batch: an operation signed already is answered with its
+        // signature, one no longer RECEIVED (cancelled) is refused alone; neither enters the
+        // transaction.
         let Ok(resolved) = resolve(world, op_id) else {
             continue;
         };
+        if resolved.op.state() != pb::OperationState::Received {
+            continue;
+        }
         let read = match reads {
             Some(read) => read,
             None => {
                 let from = Address::from(*resolved.sender.as_bytes());
-                let Ok(read) = initial_reads(world, endpoint, from).await else {
-                    return Err("chain unreadable".into());
-                };
-                *reads.insert(read)
+                *reads.insert(initial_reads(world, endpoint, from).await?)
             }
         };
         let request = Arc::new(initial_request(world, resolved, read));

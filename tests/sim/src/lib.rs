@@ -105,13 +105,24 @@ impl Settings {
             large_calls: rng.gen_bool(0.1),
             backlog: if rng.gen_bool(0.05) { 1_100 } else { 0 },
             batch_signing: rng.gen_bool(0.5),
+            burst_ms: None,
             tamper: Tamper::None,
         };
-        if settings.batch_signing {
+        if settings.batch_signing && rng.gen_bool(0.5) {
             // Submits in a burst, so that an account has many operations to sign at once.
-            settings.submit_spread_ms = rng.gen_range(5..200);
+            settings.burst_ms = Some(rng.gen_range(5..200));
         }
         settings
+    }
+
+    /// The settings seed `seed` drew when it found a defect, before first signatures were
+    /// drawn to be asked for in batches.
+    pub fn as_found(seed: u64) -> Self {
+        Settings {
+            batch_signing: false,
+            burst_ms: None,
+            ..Settings::draw(seed)
+        }
     }
 }
 

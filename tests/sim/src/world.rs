@@ -147,6 +147,9 @@ pub struct Settings {
     /// First signatures are asked for account by account, many in one call, and signed in one
     /// transaction (the signer's batches), instead of one by one.
     pub batch_signing: bool,
+    /// With batch signing, submits spread over this long instead of `submit_spread_ms`: a
+    /// burst, so that an account has many operations to sign at once.
+    pub burst_ms: Option<u64>,
     /// A broken decision, if any.
     pub tamper: Tamper,
 }

@@ -109,6 +109,26 @@ pub async fn run(
             let _ = stopped.wait_for(|s| *s).await;
         }
     };
+    // Every listener is bound before any server answers: a health check that says SERVING
+    // means the API can be reached (a readiness probe, or a caller right after a restart, would
+    // otherwise find the socket not there yet).
+    let socket = match &config.unix_socket {
+        Some(path) => Some((
+            path,
+            auth::bind(path).map_err(|e| {
+                anyhow::anyhow!("binding the signer API socket {}: {e}", path.display())
+            })?,
+        )),
+        None => None,
+    };
+    let tls = match &config.tls {
+        Some(tls) => {
+            let reloading = sigcast_runtime::tls::Reloading::start(&tls.files())?;
+            let listener = TcpListener::bind(tls.listen).await?;
+            Some((tls, reloading, listener))
+        }
+        None => None,
+    };
     let mut servers = Vec::new();
     let authenticated = config.unix_socket.is_some() || config.tls.is_some();
     let plain = tonic::transport::Server::builder().add_service(health_service);
@@ -129,8 +149,7 @@ pub async fn run(
         sigcast_runtime::accept::incoming(listener, "signer"),
         until_stopped(),
     )));
-    if let Some(path) = &config.unix_socket {
-        let socket = auth::bind(path)?;
+    if let Some((path, socket)) = socket {
         tracing::info!(socket = %path.display(), allowed_uids = ?config.allowed_uids, "signer API on a Unix socket");
         let incoming = auth::authenticated(socket, config.allowed_uids.clone());
         let server = tonic::transport::Server::builder().add_service(api.clone());
@@ -138,9 +157,7 @@ pub async fn run(
             server.serve_with_incoming_shutdown(incoming, until_stopped()),
         ));
     }
-    if let Some(tls) = &config.tls {
-        let reloading = sigcast_runtime::tls::Reloading::start(&tls.files())?;
-        let listener = TcpListener::bind(tls.listen).await?;
+    if let Some((tls, reloading, listener)) = tls {
         tracing::info!(
             listen = %tls.listen,
             allowed = tls.allowed_client_fingerprints.len() + tls.allowed_client_identities.len(),

@@ -1,4 +1,6 @@
-//! The signer's command line as an operator uses it.
+//! The signer's command line as an operator uses it, and its servers in process (`serve`).
+
+mod serve;
 
 use std::process::Command;
 

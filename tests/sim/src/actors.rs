@@ -394,17 +394,7 @@ async fn sign_together(
             _ => alone.push(request),
         }
     }
-    let mut signed = 0;
-    for request in &alone {
-        signed += u32::from(
-            attempt_signed(
-                world
-                    .commit_signing(|tx| sign_initial_evm(tx, request))
-                    .await,
-            )
-            .is_ok(),
-        );
-    }
+    let signed = sign_each_alone(world, &alone).await;
     if together.is_empty() {
         return Ok(signed);
     }
@@ -413,20 +403,20 @@ async fn sign_together(
         .await
     {
         Ok(Ok(all)) => Ok(signed + all.len() as u32),
-        _ => {
-            for request in &together {
-                signed += u32::from(
-                    attempt_signed(
-                        world
-                            .commit_signing(|tx| sign_initial_evm(tx, request))
-                            .await,
-                    )
-                    .is_ok(),
-                );
-            }
-            Ok(signed)
-        }
+        _ => Ok(signed + sign_each_alone(world, &together).await),
     }
+}
+
+/// First signatures of `requests`, each in its own transaction, in order; how many were signed.
+async fn sign_each_alone(world: &World, requests: &[Arc<InitialEvm>]) -> u32 {
+    let mut signed = 0;
+    for request in requests {
+        let one = world
+            .commit_signing(|tx| sign_initial_evm(tx, request))
+            .await;
+        signed += u32::from(attempt_signed(one).is_ok());
+    }
+    signed
 }
 
 async fn sign_one(world: &World, job: &SignJob<Purpose>, rng: &mut StdRng) -> Result<u32, String> {
@@ -434,25 +424,12 @@ async fn sign_one(world: &World, job: &SignJob<Purpose>, rng: &mut StdRng) -> Re
         return sign_together(world, job, rng).await;
     }
     let root = world.store.root().clone();
-    let Resolved {
-        op,
-        intent,
-        sender,
-        gas_limit,
-        key,
-    } = resolve(world, &job.op_id)?;
+    let resolved = resolve(world, &job.op_id)?;
     let endpoint = rng.gen_range(0..world.endpoints.len());
     match job.purpose {
         Purpose::Initial => {
-            let from = Address::from(*sender.as_bytes());
+            let from = Address::from(*resolved.sender.as_bytes());
             let read = initial_reads(world, endpoint, from).await?;
-            let resolved = Resolved {
-                op,
-                intent,
-                sender,
-                gas_limit,
-                key,
-            };
             let request = initial_request(world, resolved, read);
             attempt_signed(
                 world
@@ -462,6 +439,13 @@ async fn sign_one(world: &World, job: &SignJob<Purpose>, rng: &mut StdRng) -> Re
         }
         Purpose::Together => unreachable!("signed by sign_together"),
         Purpose::Replace(replacement) => {
+            let Resolved {
+                op,
+                intent,
+                sender,
+                key,
+                ..
+            } = resolved;
             let kind = match replacement {
                 Replacement::FeeBump => SignerReplacement::FeeBump,
                 Replacement::Cancel => SignerReplacement::Cancel,

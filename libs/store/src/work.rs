@@ -2,8 +2,8 @@
 //! one account or one chain never keeps the others waiting. Each pass takes up to a budget per
 //! state, split evenly across the accounts that have work. Within an account, half of its share
 //! is its oldest operations (lowest nonces: the ones that can land now) and half continues
-//! where the last pass stopped, wrapping around, so every operation comes up in turn at any
-//! backlog.
+//! where the last pass stopped (past the oldest share), wrapping around, so every operation
+//! comes up in turn at any backlog.
 //!
 //! A pass is three steps, so that the read itself is a pure function of the store and the
 //! cursors it starts from (and may run again, as a store read may): [`WorkList::listing`]
@@ -104,14 +104,23 @@ impl Listing {
                 operations::work_of_account(tx, root, state, &chain, &account, after, limit)
             };
             let oldest_share = per_account / 2;
-            let (mut taken, _) = list(tx, None, oldest_share)?;
+            let (mut taken, oldest_end) = list(tx, None, oldest_share)?;
             let mut ids: HashSet<String> = taken.iter().map(|op| op.op_id.clone()).collect();
             let rotating_share = per_account - taken.len();
-            let after = self.cursors.get(&key).map(Vec::as_slice);
+            // The rotation goes on past the oldest share, never through it: when what the
+            // last pass took has left the state (signed, sent), its cursor is behind the
+            // account's oldest operations, and listing from there took them twice — half the
+            // share, every pass.
+            let oldest_end = oldest_end.as_deref();
+            let after = match (self.cursors.get(&key).map(Vec::as_slice), oldest_end) {
+                (Some(cursor), Some(end)) => Some(cursor.max(end)),
+                (cursor, end) => cursor.or(end),
+            };
             let (mut rotating, mut next) = list(tx, after, rotating_share)?;
-            if rotating.len() < rotating_share && after.is_some() {
-                // Wrap around to the account's first operations.
-                let (wrapped, wrapped_next) = list(tx, None, rotating_share - rotating.len())?;
+            if rotating.len() < rotating_share && after != oldest_end {
+                // Wrap around to the operations just past the oldest share.
+                let (wrapped, wrapped_next) =
+                    list(tx, oldest_end, rotating_share - rotating.len())?;
                 rotating.extend(wrapped);
                 next = wrapped_next;
             }

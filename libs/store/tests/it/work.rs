@@ -85,3 +85,53 @@ fn a_backlog_of_one_account_starves_no_other_account_or_chain() {
         "every operation of the backlog comes up in turn"
     );
 }
+
+#[test]
+fn a_pass_takes_an_account_s_whole_share_when_what_the_last_took_has_left_the_state() {
+    let t = test_store("work-share");
+    let store = &t.store;
+    let root = store.root().clone();
+    let received = |i: usize| pb::Operation {
+        state: pb::OperationState::Received.into(),
+        ..sent(&format!("a-{i:04}"), "eip155:1", "0xBusy")
+    };
+    store
+        .run(|tx| {
+            for i in 0..100 {
+                operations::put(tx, &root, None, &mut received(i), SystemTime::now())?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let work = WorkList::default();
+    let chains = vec!["eip155:1".to_owned()];
+    let mut signed = std::collections::HashSet::new();
+    // One account with work and a budget of 32: its share is 32, half its oldest, half
+    // rotating. Each pass signs what it took, which leaves RECEIVED.
+    for pass in 0..3 {
+        let listing = work.listing(pb::OperationState::Received, chains.clone(), 32);
+        let taken = work.advance(store.read(|tx| listing.read(tx, &root)).unwrap());
+        let ids: std::collections::HashSet<String> =
+            taken.iter().map(|op| op.op_id.clone()).collect();
+        assert_eq!(
+            ids.len(),
+            32,
+            "pass {pass}: the account's whole share, each operation once: {ids:?}"
+        );
+        assert!(
+            ids.is_disjoint(&signed),
+            "pass {pass}: an operation that left the state was taken again"
+        );
+        store
+            .run(|tx| {
+                for op in &taken {
+                    let mut next = op.clone();
+                    next.state = pb::OperationState::Signed.into();
+                    operations::put(tx, &root, Some(op), &mut next, SystemTime::now())?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        signed.extend(ids);
+    }
+}

@@ -51,12 +51,19 @@ struct Args {
     lists: usize,
     replicas: usize,
     stored: usize,
+    /// Submits per second, each started on its schedule (open loop); none: as fast as the
+    /// concurrency allows.
+    rate: Option<f64>,
+    /// Print how many operations are in each state at every poll (each second).
+    states: bool,
 }
 
 const USAGE: &str = "usage: sigcast-bench [--chain evm|solana (evm)] [--ops N (2000)] [--accounts K (4)] \
 [--concurrency C (64)] [--baseline direct|none (direct)] [--replays R (500)] \
 [--stall-secs S (60)] [--replicas N (1): signers and broadcasters each] \
 [--stored M (0): settled operations in the store before the run] \
+[--rate R: submits per second, paced (as fast as possible)] \
+[--states on: operations per state, each second] \
 | --watches W [--lists L (1000)]";
 
 fn parse_args() -> Result<Args, String> {
@@ -72,6 +79,8 @@ fn parse_args() -> Result<Args, String> {
         lists: 1_000,
         replicas: 1,
         stored: 0,
+        rate: None,
+        states: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -94,6 +103,8 @@ fn parse_args() -> Result<Args, String> {
             "--lists" => args.lists = number()?,
             "--replicas" => args.replicas = number()?.max(1),
             "--stored" => args.stored = number()?,
+            "--rate" => args.rate = Some(number()?.max(1) as f64),
+            "--states" => args.states = value == "on",
             "--stall-secs" => args.stall = Duration::from_secs(number()?.max(1) as u64),
             "--chain" => {
                 args.chain = match value.as_str() {
@@ -367,22 +378,31 @@ fn since(
 }
 
 /// Every operation listed in `state`.
-/// The run's operations by state: listed account by account (the accounts' index), so
-/// operations stored before the run (`--stored`) are never read.
-async fn by_state(
+/// The run's operations that are not confirmed, by state. Listed by state (the store's state
+/// index), so the confirmed ones (soon most of them) and the operations stored before the run
+/// (`--stored`, all confirmed) are not read at each poll: listing every operation each second
+/// took the cores the run is measuring. That every one of the run's operations is CONFIRMED
+/// with success is checked at the end, one by one.
+async fn not_confirmed(
     client: &OperationServiceClient<tonic::transport::Channel>,
     chain: &str,
-    senders: &[String],
+    senders: &std::collections::HashSet<&str>,
 ) -> std::collections::HashMap<pb::OperationState, Vec<pb::Operation>> {
     let mut ops: std::collections::HashMap<_, Vec<_>> = std::collections::HashMap::new();
-    for account in senders {
+    for state in [
+        pb::OperationState::Received,
+        pb::OperationState::Signed,
+        pb::OperationState::Sent,
+        pb::OperationState::Rejected,
+        pb::OperationState::Cancelled,
+    ] {
         let mut page_token = String::new();
         loop {
             let page = client
                 .clone()
                 .list_operations(pb::ListOperationsRequest {
                     chain: chain.to_owned(),
-                    account: account.clone(),
+                    state: state.into(),
                     page_size: 1_000,
                     page_token,
                     ..Default::default()
@@ -391,7 +411,9 @@ async fn by_state(
                 .expect("list operations")
                 .into_inner();
             for op in page.operations {
-                ops.entry(op.state()).or_default().push(op);
+                if senders.contains(op.account.as_str()) {
+                    ops.entry(op.state()).or_default().push(op);
+                }
             }
             if page.next_page_token.is_empty() {
                 break;
@@ -825,7 +847,8 @@ async fn run(args: Args) -> Result<(), String> {
     let cpu_before: Vec<Duration> = processes.iter().map(|(_, pid)| cpu_time(*pid)).collect();
     let bytes_before = store_bytes();
 
-    // sigcast: submit everything at concurrency C, then wait for every confirmation.
+    // sigcast: submit everything at concurrency C (at `--rate`, each submit on its schedule),
+    // then wait for every confirmation.
     let client = stack.client().await;
     let ids: Vec<String> = (0..args.ops).map(|i| format!("bench-{i:06}")).collect();
     let started = Instant::now();
@@ -836,6 +859,10 @@ async fn run(args: Args) -> Result<(), String> {
             let from = senders[i % args.accounts].clone();
             let submitted = &submitted;
             async move {
+                if let Some(rate) = args.rate {
+                    let due = started + Duration::from_secs_f64(i as f64 / rate);
+                    tokio::time::sleep_until(due.into()).await;
+                }
                 let t = Instant::now();
                 client
                     .submit_operation(transfer(args.chain, id, &from, i))
@@ -854,26 +881,37 @@ async fn run(args: Args) -> Result<(), String> {
     submit_latency.sort();
     let mut rss_peak_in_flight = Vec::new();
     let mut last_progress = (0, Instant::now());
-    let mut polls = 0u32;
+    let senders_set: std::collections::HashSet<&str> = senders.iter().map(String::as_str).collect();
+    // The gateway's CPU includes this generator's polls: each measured (the gateway has
+    // nothing else to do once the submits are in) and taken out.
+    let mut polls_cpu = Duration::ZERO;
     loop {
-        polls += 1;
-        let mut ops = by_state(&client, chain, &senders).await;
-        let confirmed_ops = ops
-            .remove(&pb::OperationState::Confirmed)
+        let gateway_before = cpu_time(stack.gateway.pid());
+        let mut ops = not_confirmed(&client, chain, &senders_set).await;
+        polls_cpu += cpu_time(stack.gateway.pid()).saturating_sub(gateway_before);
+        let pending: usize = ops.values().map(Vec::len).sum();
+        let confirmed = args.ops.saturating_sub(pending);
+        if args.states {
+            let mut counts: Vec<(pb::OperationState, usize)> =
+                ops.iter().map(|(state, ops)| (*state, ops.len())).collect();
+            counts.sort();
+            let counts: Vec<String> = counts
+                .iter()
+                .map(|(state, n)| {
+                    let name = state.as_str_name().trim_start_matches("OPERATION_STATE_");
+                    format!("{name} {n}")
+                })
+                .collect();
+            eprintln!(
+                "states after {:.1}s: {}, not listed (confirmed) {confirmed}",
+                started.elapsed().as_secs_f64(),
+                counts.join(", ")
+            );
+        }
+        // Anything terminal but a confirmation fails the run.
+        let mut failed: Vec<pb::Operation> = ops
+            .remove(&pb::OperationState::Rejected)
             .unwrap_or_default();
-        let confirmed = confirmed_ops.len();
-        // Anything terminal but a successful confirmation fails the run.
-        let mut failed: Vec<pb::Operation> = confirmed_ops
-            .into_iter()
-            .filter(|op| {
-                op.result.as_ref().map(|r| r.execution_status())
-                    != Some(pb::ExecutionStatus::Success)
-            })
-            .collect();
-        failed.extend(
-            ops.remove(&pb::OperationState::Rejected)
-                .unwrap_or_default(),
-        );
         failed.extend(
             ops.remove(&pb::OperationState::Cancelled)
                 .unwrap_or_default(),
@@ -881,7 +919,7 @@ async fn run(args: Args) -> Result<(), String> {
         if !failed.is_empty() {
             let lines: Vec<String> = failed.iter().take(50).map(describe).collect();
             return Err(format!(
-                "{} of {} operations ended other than CONFIRMED with success:\n{}",
+                "{} of {} operations ended other than CONFIRMED:\n{}",
                 failed.len(),
                 args.ops,
                 lines.join("\n")
@@ -908,25 +946,18 @@ async fn run(args: Args) -> Result<(), String> {
                 .map(|s| peak_rss_mib(s.pid()).unwrap_or(0.0))
                 .collect();
         }
-        if confirmed >= args.ops {
+        if pending == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let cpu_after: Vec<Duration> = processes.iter().map(|(_, pid)| cpu_time(*pid)).collect();
     let bytes_stored = store_bytes().saturating_sub(bytes_before);
-    // The gateway's CPU includes this generator's polling (every operation listed each
-    // second): measured alone on a few more polls, and taken out.
-    let gateway_before = cpu_time(stack.gateway.pid());
-    for _ in 0..5 {
-        by_state(&client, chain, &senders).await;
-    }
-    let per_poll = cpu_time(stack.gateway.pid()).saturating_sub(gateway_before) / 5;
     let mut cpu_per_op: Vec<(String, f64)> = Vec::new();
     for (((name, _), before), after) in processes.iter().zip(&cpu_before).zip(&cpu_after) {
         let mut used = after.saturating_sub(*before);
         if name == "gateway" {
-            used = used.saturating_sub(per_poll * polls);
+            used = used.saturating_sub(polls_cpu);
         }
         let service = name.split('-').next().unwrap_or(name).to_owned();
         let ms = used.as_secs_f64() * 1_000.0 / args.ops as f64;
@@ -941,16 +972,28 @@ async fn run(args: Args) -> Result<(), String> {
     let mut to_confirmed = Vec::new();
     let mut first_created: Option<SystemTime> = None;
     let mut last_confirmed: Option<SystemTime> = None;
+    // Every operation of the run, read once: each must be CONFIRMED with success (the polls
+    // above only listed the others).
+    let mut failed = Vec::new();
     for chunk in ids.chunks(200) {
         for id in chunk {
-            let op = client
+            let op = match client
                 .clone()
                 .get_operation(pb::GetOperationRequest { op_id: id.clone() })
                 .await
-                .unwrap()
-                .into_inner()
-                .operation
-                .unwrap();
+            {
+                Ok(response) => response.into_inner().operation.unwrap_or_default(),
+                Err(status) => {
+                    failed.push(format!("{id}: {:?} {}", status.code(), status.message()));
+                    continue;
+                }
+            };
+            let succeeded = op.result.as_ref().map(|r| r.execution_status())
+                == Some(pb::ExecutionStatus::Success);
+            if op.state() != pb::OperationState::Confirmed || !succeeded {
+                failed.push(describe(&op));
+                continue;
+            }
             if let Some(d) = since(
                 op.attempts.first().and_then(|a| a.send_time.as_ref()),
                 op.create_time.as_ref(),
@@ -965,6 +1008,19 @@ async fn run(args: Args) -> Result<(), String> {
             first_created = first_created.min(created).or(created).or(first_created);
             last_confirmed = last_confirmed.max(updated);
         }
+    }
+    if !failed.is_empty() {
+        return Err(format!(
+            "{} of {} operations did not end CONFIRMED with success:\n{}",
+            failed.len(),
+            args.ops,
+            failed
+                .iter()
+                .take(50)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n")
+        ));
     }
     to_sent.sort();
     to_confirmed.sort();
@@ -1013,6 +1069,9 @@ async fn run(args: Args) -> Result<(), String> {
         "| operations / accounts / concurrency | {} / {} / {} |",
         args.ops, args.accounts, args.concurrency
     );
+    if let Some(rate) = args.rate {
+        println!("| submits paced at | {rate:.0} per second |");
+    }
     println!(
         "| submit latency p50 / p99 | {} / {} |",
         ms(percentile(&submit_latency, 0.5)),
@@ -1102,6 +1161,39 @@ async fn run(args: Args) -> Result<(), String> {
         "| broadcaster-0's mean pass stage (over the whole run) | {} |",
         stages.join(", ")
     );
+    // Where the signing stage waits: the signer's calls as it serves them, and each
+    // service's node reads.
+    let mean_ms = |means: Vec<(String, f64, f64)>| -> String {
+        means
+            .iter()
+            .map(|(what, mean, count)| format!("{what} {:.1} ms ({count})", mean * 1_000.0))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "| signer-0's mean call, as served | {} |",
+        mean_ms(
+            histogram_means(
+                stack.metrics_addr("signer-0"),
+                "sigcast_grpc_server_duration_seconds",
+                "method",
+            )
+            .await
+        )
+    );
+    for service in ["signer-0", "broadcaster-0"] {
+        println!(
+            "| {service}'s mean JSON-RPC latency by method | {} |",
+            mean_ms(
+                histogram_means(
+                    stack.metrics_addr(service),
+                    "sigcast_rpc_duration_seconds",
+                    "method",
+                )
+                .await
+            )
+        );
+    }
     println!(
         "| store growth per operation (file and WAL; {} stored before) | {:.0} bytes |",
         args.stored,

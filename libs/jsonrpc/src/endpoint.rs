@@ -140,10 +140,12 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
         {
             return Err(error.clone());
         }
-        // A block asked for without its transactions is read for its header; the hashes it
-        // lists (a thousand at a thousand transactions a block) would be copied with every
-        // answer from the cache, once per operation checked, and read by none.
-        let header_only = matches!(method, "eth_getBlockByNumber" | "eth_getBlockByHash")
+        // A block asked for by number without its transactions is read for its header; the
+        // hashes it lists (a thousand at a thousand transactions a block) would be copied with
+        // every answer from the cache, once per operation checked, and read by none. By hash,
+        // a block is read for the transactions it holds, once per block (the walk for
+        // inclusions keeps what it read).
+        let header_only = method == "eth_getBlockByNumber"
             && params.get(1).and_then(Value::as_bool) == Some(false);
         match self.inner.request(method, params).await {
             Ok(mut value) => {
@@ -256,5 +258,14 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(full["transactions"].as_array().unwrap().len(), 2);
+        let by_hash = cache
+            .request("eth_getBlockByHash", json!(["0xb1", false]))
+            .await
+            .unwrap();
+        assert_eq!(
+            by_hash["transactions"].as_array().map(Vec::len),
+            Some(2),
+            "by hash, with the hashes of its transactions"
+        );
     }
 }

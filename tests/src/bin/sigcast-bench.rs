@@ -444,8 +444,13 @@ async fn node_requests(addr: std::net::SocketAddr) -> Vec<(String, f64)> {
         .filter(|line| line.starts_with("sigcast_rpc_requests_total{"))
         .filter_map(|line| {
             let method = line.split("method=\"").nth(1)?.split('"').next()?;
+            let result = line.split("result=\"").nth(1)?.split('"').next()?;
             let count = line.rsplit(' ').next()?.parse().ok()?;
-            Some((method.to_owned(), count))
+            // Those that failed apart, by how.
+            Some(match result {
+                "ok" => (method.to_owned(), count),
+                _ => (format!("{method} {result}"), count),
+            })
         })
         .collect()
 }

@@ -299,7 +299,7 @@ impl Gateway {
         let lookup_root = root.clone();
         let existing = self
             .store
-            .read_async(move |tx| operations::get(tx, &lookup_root, &lookup_id))
+            .read_point(move |tx| operations::get(tx, &lookup_root, &lookup_id))
             .await?;
         self.identified(&caller)?;
         if let Err(violation) = Callers(&self.callers).may_submit(&caller, &intent) {
@@ -371,7 +371,7 @@ impl Gateway {
         let root = self.store.root().clone();
         let id = op_id.clone();
         self.store
-            .read_async(move |tx| operations::get(tx, &root, &id))
+            .read_point(move |tx| operations::get(tx, &root, &id))
             .await?
             .filter(|op| op.caller == caller)
             .ok_or(Error::NotFound(op_id))

@@ -427,3 +427,56 @@ fn a_panicking_grouped_body_fails_its_caller_and_group_commit_goes_on() {
         Some(&b"written"[..])
     );
 }
+
+#[test]
+fn a_point_read_answers_from_the_committed_state_while_a_writer_holds_its_transaction() {
+    let t = test_store("point-read");
+    let store = t.store.clone();
+    let key = store.root().pack(&("k", "point"));
+    store.run(|tx| tx.set(&key, b"old")).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let point = |store: &Store| {
+        let key = key.clone();
+        let store = store.clone();
+        runtime.block_on(async move { store.read_point(move |tx| tx.get(&key)).await })
+    };
+    // A writer in the middle of its transaction: it has written and not committed.
+    let (written, wait_written) = std::sync::mpsc::channel();
+    let (release, wait_release) = std::sync::mpsc::channel::<()>();
+    let writer = {
+        let store = store.clone();
+        let key = key.clone();
+        std::thread::spawn(move || {
+            let wait_release = std::sync::Mutex::new(wait_release);
+            store
+                .run(|tx| {
+                    tx.set(&key, b"new")?;
+                    let _ = written.send(());
+                    let _ = wait_release
+                        .lock()
+                        .unwrap()
+                        .recv_timeout(Duration::from_secs(10));
+                    Ok(())
+                })
+                .unwrap();
+        })
+    };
+    wait_written.recv().unwrap();
+    assert_eq!(
+        point(&store).unwrap().as_deref(),
+        Some(&b"old"[..]),
+        "answered without waiting for the writer, from what is committed"
+    );
+    release.send(()).unwrap();
+    writer.join().unwrap();
+    assert_eq!(point(&store).unwrap().as_deref(), Some(&b"new"[..]));
+    let absent = store.root().pack(&("k", "absent"));
+    assert_eq!(
+        runtime
+            .block_on(store.read_point(move |tx| tx.get(&absent)))
+            .unwrap(),
+        None
+    );
+}

@@ -152,6 +152,28 @@ impl SqliteBackend {
         result
     }
 
+    /// One read-only transaction that never waits: on an idle connection (none: `None`, as
+    /// opening one is left to a blocking thread) with no busy handler, so a busy database
+    /// answers `None` at once instead of sleeping in SQLite's handler.
+    pub(crate) fn read_now<T>(
+        &self,
+        body: &mut dyn FnMut(&mut dyn KvRead) -> Result<T>,
+    ) -> Option<Result<T>> {
+        let conn = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop()?;
+        if conn.busy_timeout(Duration::ZERO).is_err() {
+            return None;
+        }
+        let result = Self::in_transaction(&conn, "BEGIN DEFERRED", |tx| body(tx));
+        // A connection whose handler cannot be set back is not reused.
+        if conn.busy_timeout(self.busy_timeout).is_ok() {
+            self.release(conn);
+        }
+        match result {
+            Err(e) if e.is_sqlite_busy() => None,
+            answered => Some(answered),
+        }
+    }
+
     /// One attempt of a read-only transaction: a consistent snapshot, no write lock.
     pub(crate) fn read_once<T>(
         &self,

@@ -411,26 +411,29 @@ impl Store {
         }
     }
 
-    /// A read of a few keys (a record by its op_id) on the calling task's own thread where
-    /// the backend answers at once, else as [`Store::read_async`]. On SQLite a read in WAL
+    /// A read of a few keys (a record by its op_id) on the calling task's own thread when
+    /// the backend can answer at once, else as [`Store::read_async`]. On SQLite a read in WAL
     /// mode waits for no writer and takes microseconds, while handing it to a blocking
     /// thread and back takes two thread wake-ups: most of what a replayed submit cost above
-    /// a health check (the scheduler's share of the gateway's profile). A busy database
-    /// (rare for a reader: a WAL being recovered) is retried on a blocking thread.
-    /// FoundationDB reads go over the network: always on a blocking thread.
+    /// a health check (the scheduler's share of the gateway's profile). In place only on an
+    /// idle connection and without SQLite's busy handler: a database that is busy (rare for
+    /// a reader: a WAL being recovered) or a connection to open goes to a blocking thread,
+    /// never a sleep on this one. FoundationDB reads go over the network: always on a
+    /// blocking thread.
     pub async fn read_point<T, F>(&self, mut body: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnMut(&mut dyn KvRead) -> Result<T> + Send + 'static,
     {
-        #[allow(irrefutable_let_patterns)] // not with the `fdb` feature
-        if let Engine::Sqlite(sqlite) = &self.inner.engine {
-            match sqlite.read_once(&mut body) {
-                Err(e) if e.is_sqlite_busy() => {}
-                answered => return answered,
-            }
+        let answered = match &self.inner.engine {
+            Engine::Sqlite(sqlite) => sqlite.read_now(&mut body),
+            #[cfg(feature = "fdb")]
+            Engine::Fdb(_) => None,
+        };
+        match answered {
+            Some(answered) => answered,
+            None => self.read_async(body).await,
         }
-        self.read_async(body).await
     }
 
     /// [`Store::read`] on a blocking thread, at most `max_concurrency` at once.

@@ -50,13 +50,16 @@ pub struct RecentReceipts {
     /// Per (endpoint, block number, block hash).
     blocks: std::sync::Mutex<HashMap<BlockOf, Arc<tokio::sync::Mutex<Fetch>>>>,
     /// The headers walked, per (endpoint, block hash): a header by hash never changes.
-    headers: std::sync::Mutex<HashMap<(String, B256), Arc<Walked>>>,
+    headers: std::sync::Mutex<HashMap<(String, B256), HeaderSlot>>,
     /// Endpoints that do not serve `eth_getBlockReceipts`.
     unsupported: std::sync::Mutex<HashSet<String>>,
 }
 
 /// A block of an endpoint: (endpoint, block number, block hash).
 type BlockOf = (String, u64, String);
+
+/// A header walked, once read (those who ask meanwhile wait for the read).
+type HeaderSlot = Arc<tokio::sync::Mutex<Option<Arc<Walked>>>>;
 
 /// A header on the walk down from the head: its parent, and the transactions it holds when
 /// the header lists them by hash.
@@ -105,41 +108,44 @@ enum Fetch {
 const RETRY_LIST_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl RecentReceipts {
-    /// `value`, a header the endpoint answered, as walked (kept by hash).
-    fn walked(&self, endpoint: &impl Endpoint, value: &Value) -> Option<Arc<Walked>> {
-        let hash = value.get("hash")?.as_str()?.parse::<B256>().ok()?;
-        let key = (endpoint.label().to_owned(), hash);
-        let mut headers = self.headers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(walked) = headers.get(&key) {
-            return Some(walked.clone());
-        }
-        let walked = Arc::new(Walked::of(value).filter(|w| w.header.hash == hash)?);
-        let newest = walked.header.number;
-        headers.retain(|(of, _), kept| {
-            of != endpoint.label() || kept.header.number + KEEP_BLOCKS > newest
-        });
-        headers.insert(key, walked.clone());
-        Some(walked)
-    }
-
     /// The endpoint's block `hash`, as walked: read by hash (with its transactions' hashes,
     /// which a header read by number through a pass's cache no longer has) once, then kept.
+    /// Those who ask while it is read wait for that read: at a new head every check of the
+    /// pass asks for the same block, and each copy of its answer holds every transaction's
+    /// hash.
     async fn by_hash(&self, endpoint: &impl Endpoint, hash: B256) -> Option<Arc<Walked>> {
-        let kept = self
+        let label = endpoint.label();
+        let slot = self
             .headers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&(endpoint.label().to_owned(), hash))
-            .cloned();
-        if let Some(walked) = kept {
-            return Some(walked);
+            .entry((label.to_owned(), hash))
+            .or_default()
+            .clone();
+        let mut kept = slot.lock().await;
+        if let Some(walked) = &*kept {
+            return Some(walked.clone());
         }
         let value = endpoint
             .request("eth_getBlockByHash", json!([hash.to_string(), false]))
             .await
             .ok()?;
-        self.walked(endpoint, &value)
-            .filter(|walked| walked.header.hash == hash)
+        let walked = Arc::new(Walked::of(&value).filter(|w| w.header.hash == hash)?);
+        *kept = Some(walked.clone());
+        drop(kept);
+        // Only the recent blocks of each endpoint are kept (a slot being read stays).
+        let newest = walked.header.number;
+        self.headers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(of, _), slot| {
+                of != label
+                    || slot.try_lock().map_or(true, |kept| {
+                        kept.as_ref()
+                            .is_some_and(|w| w.header.number + KEEP_BLOCKS > newest)
+                    })
+            });
+        Some(walked)
     }
 
     /// The parent of `block` on the endpoint, checked to be the block `block` names.
@@ -888,17 +894,13 @@ mod tests {
             ..Loaded::new(Lists::Served)
         };
         let recent = RecentReceipts::default();
-        for _ in 0..2 {
-            let view = read_view(
-                &node,
-                ACCOUNT.parse().unwrap(),
-                5,
-                &[node.ours],
-                Some(&recent),
-            )
-            .await
-            .unwrap();
-            let landed = view.landed.expect("ours, in block 9");
+        let ours = [node.ours];
+        let read = || read_view(&node, ACCOUNT.parse().unwrap(), 5, &ours, Some(&recent));
+        // Eight checks of one pass at once, then one of the next pass.
+        let mut views = futures::future::join_all((0..8).map(|_| read())).await;
+        views.push(read().await);
+        for view in views {
+            let landed = view.unwrap().landed.expect("ours, in block 9");
             assert_eq!((landed.block.number, landed.success), (9, Some(true)));
             assert_eq!(landed.canonical_hash, Some(block_hash(9)));
         }
@@ -908,8 +910,8 @@ mod tests {
             "block 9's only"
         );
         assert_eq!(asked_for(&node, "eth_getTransactionReceipt"), 0);
-        // Blocks 16 down to 9 by hash (with their transactions), kept: the second read asked
-        // for none of them again.
+        // Blocks 16 down to 9 by hash (with their transactions), each once for the eight
+        // checks at once, and kept: the next pass's check asked for none of them again.
         assert_eq!(asked_for(&node, "eth_getBlockByHash"), 8);
     }
 

@@ -188,6 +188,40 @@ async fn fund(pool: &RpcPool, account: &str) {
         .expect("anvil_setBalance");
 }
 
+/// anvil's head block number.
+async fn head(url: &str) -> u64 {
+    let pool = RpcPool::new(&[url.to_owned()], Duration::from_secs(10)).unwrap();
+    let head = pool
+        .read("eth_blockNumber", json!([]))
+        .await
+        .expect("eth_blockNumber");
+    u64::from_str_radix(head.as_str().unwrap_or("0x0").trim_start_matches("0x"), 16).unwrap_or(0)
+}
+
+/// How full the blocks `from..=to` are: transactions per block, mean (min–max), over how many
+/// blocks. A block of anvil's default gas limit holds at most 1,428 transfers: a run whose
+/// blocks are full is bounded by the chain, not by who sends.
+async fn block_fill(url: &str, from: u64, to: u64) -> String {
+    let pool = RpcPool::new(&[url.to_owned()], Duration::from_secs(10)).unwrap();
+    let mut counts = Vec::new();
+    for number in from..=to {
+        let block = pool
+            .read(
+                "eth_getBlockByNumber",
+                json!([format!("0x{number:x}"), false]),
+            )
+            .await;
+        if let Ok(block) = block {
+            counts.push(block["transactions"].as_array().map_or(0, Vec::len));
+        }
+    }
+    let (Some(min), Some(max)) = (counts.iter().min(), counts.iter().max()) else {
+        return "—".into();
+    };
+    let mean = counts.iter().sum::<usize>() as f64 / counts.len() as f64;
+    format!("{mean:.0} ({min}–{max}) over {} blocks", counts.len())
+}
+
 /// The ceiling: alloy signs, one endpoint receives, nothing is persisted. Returns mined tx/s.
 ///
 /// anvil sometimes drops transactions it accepted under pipelined load (see issue 7's notes),
@@ -814,6 +848,10 @@ async fn run(args: Args) -> Result<(), String> {
     };
 
     let node_before = cpu_time(stack.anvil.pid());
+    let baseline_from = match solana {
+        None => head(&stack.anvil.url).await + 1,
+        Some(_) => 0,
+    };
     let baseline = match (&solana, args.baseline) {
         (_, false) => None,
         (None, true) => Some(direct_baseline(&stack.anvil.url, &args).await),
@@ -822,6 +860,17 @@ async fn run(args: Args) -> Result<(), String> {
     // What the node spent per baseline transfer (anvil's own process; the Solana node runs
     // inside this one, so there it is not told apart).
     let node_per_baseline_op = cpu_time(stack.anvil.pid()).saturating_sub(node_before);
+    let baseline_blocks = match (&solana, baseline) {
+        (None, Some(_)) => Some(
+            block_fill(
+                &stack.anvil.url,
+                baseline_from,
+                head(&stack.anvil.url).await,
+            )
+            .await,
+        ),
+        _ => None,
+    };
 
     let chain = match args.chain {
         ChainKind::Evm => "eip155:31337",
@@ -976,6 +1025,7 @@ async fn run(args: Args) -> Result<(), String> {
     let mut to_sent = Vec::new();
     let mut to_confirmed = Vec::new();
     let mut first_created: Option<SystemTime> = None;
+    let mut landed_in: Option<(u64, u64)> = None;
     let mut last_confirmed: Option<SystemTime> = None;
     // Every operation of the run, read once: each must be CONFIRMED with success (the polls
     // above only listed the others).
@@ -1012,6 +1062,11 @@ async fn run(args: Args) -> Result<(), String> {
             let updated = op.update_time.and_then(|t| SystemTime::try_from(t).ok());
             first_created = first_created.min(created).or(created).or(first_created);
             last_confirmed = last_confirmed.max(updated);
+            if let Some(block) = op.result.as_ref().map(|r| r.block_number) {
+                landed_in = Some(landed_in.map_or((block, block), |(first, last)| {
+                    (first.min(block), last.max(block))
+                }));
+            }
         }
     }
     if !failed.is_empty() {
@@ -1093,6 +1148,13 @@ async fn run(args: Args) -> Result<(), String> {
         ms(percentile(&to_confirmed, 0.99))
     );
     println!("| sigcast mined throughput | {throughput:.1} tx/s |");
+    if let (None, Some((first, last))) = (&solana, landed_in) {
+        println!(
+            "| transactions per block, sigcast's blocks / the baseline's (at most 1,428 transfers fit one) | {} / {} |",
+            block_fill(&stack.anvil.url, first, last).await,
+            baseline_blocks.as_deref().unwrap_or("—")
+        );
+    }
     if let Some(baseline) = baseline {
         println!("| direct baseline mined throughput | {baseline:.1} tx/s |");
         println!(

@@ -401,61 +401,6 @@ async fn two_signers_and_two_broadcasters_on_one_store_allocate_each_nonce_once(
     }
 }
 
-/// Each stage of the broadcaster runs in a loop of its own: while one send waits on a node
-/// slow to take it, operations received meanwhile are signed. (When a pass ran its three
-/// stages together and began again only when the slowest ended, one slow send held the
-/// signing of every account.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn operations_are_signed_while_a_send_waits_on_a_slow_node() {
-    const SEND_LAG: Duration = Duration::from_secs(30);
-    let stack = Stack::start(StackOptions {
-        broadcaster_send_lag: Some(SEND_LAG),
-        ..Default::default()
-    })
-    .await;
-    let proxy = stack.proxy.as_ref().unwrap();
-    let mut client = stack.client().await;
-    client
-        .submit_operation(transfer("slow-send", DEV[0], &recipient(0), 1))
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while proxy.stats().sends == 0 {
-        assert!(Instant::now() < deadline, "never sent\n{}", stack.logs());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let send_began = Instant::now();
-    client
-        .submit_operation(transfer("meanwhile", DEV[1], &recipient(1), 1))
-        .await
-        .unwrap();
-    let signed_after = loop {
-        let op = client
-            .get_operation(pb::GetOperationRequest {
-                op_id: "meanwhile".into(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .operation
-            .unwrap();
-        if op.state() != pb::OperationState::Received {
-            break send_began.elapsed();
-        }
-        assert!(
-            send_began.elapsed() < 2 * SEND_LAG,
-            "never signed\n{}",
-            stack.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert!(
-        signed_after < SEND_LAG,
-        "the operation received while the first send waited was signed only {signed_after:?} \
-         later, after the send's answer came"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_nonce_consumed_by_an_outside_sender_rejects_with_evidence_and_later_operations_confirm()
 {

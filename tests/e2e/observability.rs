@@ -759,8 +759,8 @@ async fn metrics_parse_as_prometheus_text_and_count_what_a_fault_run_did() {
         total(&broadcaster, "sigcast_operations_in_flight", &[]),
         0.0
     );
-    // Each stage's passes were timed (each stage runs in a loop of its own).
-    for stage in ["sign", "send", "check"] {
+    // Each stage of the passes was timed.
+    for stage in ["sign", "send", "check", "pass"] {
         assert!(
             total(
                 &broadcaster,

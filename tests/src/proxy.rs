@@ -66,18 +66,12 @@ impl FaultProxy {
     /// Proxies to `upstream` (host:port), injecting a fault on a share `fault_rate` of sends,
     /// chosen by an RNG seeded with `seed`; `delay` is how late a delayed reply comes.
     pub async fn start(upstream: SocketAddr, fault_rate: f64, seed: u64, delay: Duration) -> Self {
-        Self::launch(upstream, fault_rate, seed, delay, None, None).await
+        Self::launch(upstream, fault_rate, seed, delay, None).await
     }
 
     /// A slow endpoint: forwards everything, and answers every request `lag` late.
     pub async fn slow(upstream: SocketAddr, lag: Duration) -> Self {
-        Self::launch(upstream, 0.0, 0, Duration::ZERO, Some(lag), None).await
-    }
-
-    /// An endpoint slow to take transactions: forwards everything, answers reads at once and
-    /// every send `lag` after the node took it.
-    pub async fn slow_sends(upstream: SocketAddr, lag: Duration) -> Self {
-        Self::launch(upstream, 0.0, 0, Duration::ZERO, None, Some(lag)).await
+        Self::launch(upstream, 0.0, 0, Duration::ZERO, Some(lag)).await
     }
 
     async fn launch(
@@ -86,7 +80,6 @@ impl FaultProxy {
         seed: u64,
         delay: Duration,
         lag: Option<Duration>,
-        send_lag: Option<Duration>,
     ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -112,7 +105,6 @@ impl FaultProxy {
                     rate: fault_rate,
                     delay,
                     lag,
-                    send_lag,
                     lose_sends: losing.load(std::sync::atomic::Ordering::SeqCst),
                     fee_inflation: inflating.load(std::sync::atomic::Ordering::SeqCst),
                 };
@@ -263,8 +255,6 @@ struct Faults {
     delay: Duration,
     /// Every reply this late (a slow endpoint).
     lag: Option<Duration>,
-    /// Every send's reply this late.
-    send_lag: Option<Duration>,
     /// Every send lost before it reaches the node.
     lose_sends: bool,
     /// Fee quotes multiplied by this.
@@ -283,7 +273,6 @@ async fn serve(
         rate: fault_rate,
         delay,
         lag,
-        send_lag,
         lose_sends,
         fee_inflation,
     } = faults;
@@ -343,9 +332,6 @@ async fn serve(
         response = inflate_fees(&body, response, fee_inflation);
     }
     if let Some(lag) = lag {
-        tokio::time::sleep(lag).await;
-    }
-    if let Some(lag) = send_lag.filter(|_| is_send) {
         tokio::time::sleep(lag).await;
     }
     match fault {

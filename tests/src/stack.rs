@@ -97,10 +97,6 @@ pub struct StackOptions {
     pub block_time: Option<u64>,
     /// Put a fault proxy between the broadcaster and anvil: (share of sends faulted, seed).
     pub faults: Option<(f64, u64)>,
-    /// Put a proxy between the broadcaster and anvil instead that answers every send this
-    /// late, after anvil took it (the broadcaster's RPC timeout well past it). Exclusive with
-    /// `faults`.
-    pub broadcaster_send_lag: Option<Duration>,
     /// Signer and broadcaster processes of each kind (all on the one store).
     pub replicas: usize,
     /// The broadcaster's `fee_bump_after_ms`.
@@ -149,7 +145,6 @@ impl Default for StackOptions {
             accounts: 4,
             block_time: Some(1),
             faults: None,
-            broadcaster_send_lag: None,
             replicas: 1,
             fee_bump_after_ms: 60_000,
             confirmations: 1,
@@ -242,10 +237,7 @@ impl Stack {
                 crate::FaultProxy::start(anvil.addr, rate, seed, Duration::from_millis(2_500))
                     .await,
             ),
-            None => match options.broadcaster_send_lag {
-                Some(lag) => Some(crate::FaultProxy::slow_sends(anvil.addr, lag).await),
-                None => None,
-            },
+            None => None,
         };
         let send_url = proxy.as_ref().map_or(anvil.url.clone(), |p| p.url.clone());
         let keys = signer::Config {
@@ -376,9 +368,6 @@ impl Stack {
                 .await,
             );
             let broadcaster_addr = free_addr();
-            let rpc_timeout_ms = options.broadcaster_send_lag.map_or(2_000, |lag| {
-                u64::try_from(lag.as_millis() * 2).unwrap_or(u64::MAX)
-            });
             let broadcaster_config = broadcaster::Config {
                 listen: broadcaster_addr,
                 metrics_listen: metrics_addr(format!("broadcaster-{replica}")),
@@ -387,8 +376,8 @@ impl Stack {
                     .clone()
                     .unwrap_or_else(|| format!("unix:{}", socket.display())),
                 poll_ms: 100,
-                rpc_timeout_ms,
-                rebroadcast_ms: rpc_timeout_ms.max(3_000),
+                rpc_timeout_ms: 2_000,
+                rebroadcast_ms: 3_000,
                 fee_bump_after_ms: options.fee_bump_after_ms,
                 confirmations: options.confirmations,
                 store: store.clone(),

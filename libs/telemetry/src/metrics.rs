@@ -62,8 +62,7 @@ pub struct Metrics {
     pub grpc_requests: Family<Labels, Counter>,
     /// gRPC call latency until the response starts, by service and method.
     pub grpc_duration: Histograms,
-    /// How long each pass of a broadcaster stage took (sign, send, check; each stage runs in a
-    /// loop of its own).
+    /// How long each stage of a broadcaster pass took (sign, send, check), and the pass.
     pub pass_stage_duration: Histograms,
 }
 

@@ -11,7 +11,7 @@ mod signer;
 mod worker;
 
 pub use config::Config;
-pub use worker::{Stage, Worker};
+pub use worker::Worker;
 
 use sigcast_runtime::liveness::{CHECK_EVERY, Liveness};
 use sigcast_store::Store;
@@ -43,24 +43,21 @@ pub async fn run(
     let _group_commit_watch =
         Liveness::new(health.clone()).watch("group_commit", CHECK_EVERY, group_commit);
 
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let poll = config.poll();
-    let work = futures::future::join_all(Stage::ALL.map(|stage| {
-        let (worker, mut stopped) = (worker.clone(), stopped.clone());
-        tokio::spawn(async move {
-            let mut interval = tokio::time::interval(poll);
-            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = interval.tick() => {}
-                    _ = stopped.wait_for(|s| *s) => return,
-                }
-                if let Err(error) = worker.pass(stage).await {
-                    tracing::warn!(%error, ?stage, "pass failed; retrying");
-                }
+    let work = tokio::spawn(async move {
+        let mut interval = tokio::time::interval(poll);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = interval.tick() => {}
+                _ = stopped.wait_for(|s| *s) => return,
             }
-        })
-    }));
+            if let Err(error) = worker.pass().await {
+                tracing::warn!(%error, "pass failed; retrying");
+            }
+        }
+    });
     // Readiness per dependency, each under its own health service name (see `Worker::probe`);
     // the server's own name ("") is liveness.
     let probing = {
@@ -111,9 +108,7 @@ pub async fn run(
         served?;
     }
     // A pass in progress finishes its current steps; each is a whole store transaction.
-    for stage in work.await {
-        stage?;
-    }
+    work.await?;
     probing.abort();
     tracing::info!("broadcaster stopped");
     Ok(())

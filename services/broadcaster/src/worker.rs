@@ -56,22 +56,6 @@ fn observe_stage(stage: &'static str, started: Instant) {
         .observe(started.elapsed().as_secs_f64());
 }
 
-/// A stage of the broadcaster's work, each in a loop of its own (see [`Worker::pass`]).
-#[derive(Clone, Copy, Debug)]
-pub enum Stage {
-    /// RECEIVED → SIGNED.
-    Sign,
-    /// SIGNED → SENT.
-    Send,
-    /// SENT → a terminal state, or the same bytes again.
-    Check,
-}
-
-impl Stage {
-    /// Every stage.
-    pub const ALL: [Stage; 3] = [Stage::Sign, Stage::Send, Stage::Check];
-}
-
 /// The broadcaster's state: the store, the signer client and the chains.
 #[derive(Clone)]
 pub struct Worker {
@@ -176,21 +160,19 @@ impl Worker {
         names.into_iter().zip(answers).collect()
     }
 
-    /// One pass of one stage over the work of the served chains. The three stages work on
-    /// disjoint states and every change checks what it decided on, so each runs in a loop of
-    /// its own: signing never waits for sends or checks, and a stage slowed by a large backlog
-    /// (at many accounts a send stage is one account's sends in nonce order, a node call each)
-    /// holds up no other stage's next pass.
-    pub async fn pass(&self, stage: Stage) -> anyhow::Result<()> {
-        match stage {
-            Stage::Sign => timed("sign", self.sign_stage()).await,
-            Stage::Send => timed("send", self.send_stage()).await,
-            Stage::Check => {
-                let checked = timed("check", self.check_stage()).await;
-                self.sweep().await;
-                checked
-            }
-        }
+    /// One pass over the work of the served chains.
+    pub async fn pass(&self) -> anyhow::Result<()> {
+        // The three stages work on disjoint states and every change checks what it decided
+        // on, so they run side by side: signing never waits for sends or checks.
+        let started = Instant::now();
+        let (signed, sent, checked) = tokio::join!(
+            timed("sign", self.sign_stage()),
+            timed("send", self.send_stage()),
+            timed("check", self.check_stage())
+        );
+        self.sweep().await;
+        observe_stage("pass", started);
+        signed.and(sent).and(checked)
     }
 
     /// Now and then, work entries for records a data-format-1 process wrote (an upgrade).

@@ -745,6 +745,9 @@ mod tests {
         head: u64,
         /// Whether headers list their transactions' hashes (as nodes do).
         hashes: bool,
+        /// Headers of blocks below this are not served by hash (pruned, or a backend behind a
+        /// balancer that does not have them).
+        by_hash_from: u64,
     }
 
     impl Loaded {
@@ -756,6 +759,7 @@ mod tests {
                 asked: Mutex::default(),
                 head: 10,
                 hashes: false,
+                by_hash_from: 0,
             }
         }
 
@@ -772,7 +776,7 @@ mod tests {
             let mut header = json!({"number": hex(n), "hash": self.hash(n), "parentHash": parent});
             if self.hashes {
                 // Every block holds another sender's transfer; block 9 holds ours too.
-                let mut held = vec![tx(&format!("{:02x}", 0xe0 + n)).to_string()];
+                let mut held = vec![tx(&format!("{:02x}", (0xe0 + n) % 0x100)).to_string()];
                 if n == 9 && !self.reorged() {
                     held.push(self.ours.to_string());
                 }
@@ -812,7 +816,7 @@ mod tests {
                     }
                     block
                 }
-                "eth_getBlockByHash" => (0..=head)
+                "eth_getBlockByHash" => (self.by_hash_from..=head)
                     .find(|n| json!(self.hash(*n)) == params[0])
                     .map_or(Value::Null, |n| self.header(n)),
                 "eth_getTransactionCount" => {
@@ -913,6 +917,125 @@ mod tests {
         // Blocks 16 down to 9 by hash (with their transactions), each once for the eight
         // checks at once, and kept: the next pass's check asked for none of them again.
         assert_eq!(asked_for(&node, "eth_getBlockByHash"), 8);
+    }
+
+    #[tokio::test]
+    async fn an_inclusion_below_the_walk_or_past_the_headers_served_is_read_by_its_receipt() {
+        // Ours in block 9. Head 9 + WALK_BLOCKS: the walk goes down WALK_BLOCKS headers and
+        // stops above it. Head 16 with headers by hash only from block 12: the walk stops
+        // where they end. Either way no list is read (none of the blocks walked holds ours),
+        // and ours is read by its own receipt.
+        for (head, by_hash_from, walked) in [(9 + WALK_BLOCKS, 0, WALK_BLOCKS), (16, 12, 5)] {
+            let node = Loaded {
+                head,
+                hashes: true,
+                by_hash_from,
+                ..Loaded::new(Lists::Served)
+            };
+            let recent = RecentReceipts::default();
+            let view = read_view(
+                &node,
+                ACCOUNT.parse().unwrap(),
+                5,
+                &[node.ours],
+                Some(&recent),
+            )
+            .await
+            .unwrap();
+            let landed = view.landed.expect("ours, from its receipt");
+            assert_eq!((landed.block.number, landed.success), (9, Some(true)));
+            assert_eq!(landed.canonical_hash, Some(block_hash(9)));
+            assert_eq!(asked_for(&node, "eth_getBlockReceipts"), 0, "head {head}");
+            assert_eq!(
+                asked_for(&node, "eth_getTransactionReceipt"),
+                1,
+                "head {head}"
+            );
+            // Every header walked is served but the one asked past the served ones.
+            let asked = asked_for(&node, "eth_getBlockByHash");
+            assert_eq!(
+                asked,
+                walked as usize + usize::from(by_hash_from > 0),
+                "head {head}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn ours_in_a_block_whose_list_is_unusable_is_read_by_its_receipt_and_no_other_list() {
+        // Head 16, ours in block 9, headers with their transactions' hashes: the walk finds
+        // ours in block 9 by its header, and that block's list does not hold together or is
+        // not served. Ours is read by its own receipt; no other block's list is read instead.
+        for lists in [Lists::OfAnotherBlock, Lists::Unsupported] {
+            let node = Loaded {
+                head: 16,
+                hashes: true,
+                ..Loaded::new(lists)
+            };
+            let recent = RecentReceipts::default();
+            for _ in 0..2 {
+                let view = read_view(
+                    &node,
+                    ACCOUNT.parse().unwrap(),
+                    5,
+                    &[node.ours],
+                    Some(&recent),
+                )
+                .await
+                .unwrap();
+                let landed = view.landed.expect("ours, from its receipt");
+                assert_eq!((landed.block.number, landed.success), (9, Some(true)));
+                assert_eq!(landed.canonical_hash, Some(block_hash(9)));
+            }
+            assert_eq!(
+                asked_for(&node, "eth_getBlockReceipts"),
+                1,
+                "block 9's, once"
+            );
+            assert_eq!(asked_for(&node, "eth_getTransactionReceipt"), 2);
+        }
+    }
+
+    #[tokio::test]
+    async fn through_a_pass_cache_a_walk_with_headers_naming_their_transactions_follows_a_reorg() {
+        // As `a_list_kept_for_a_block_reorged_out_is_not_taken_for_the_chain`, with headers
+        // that name their transactions, read through the pass's cache (which keeps the head
+        // read by number without them, so the walk reads it again by hash). Before the reorg
+        // ours is found in block 9's list, the only list read. After it, block 9 (now 109)
+        // holds another transaction of the account: the kept header and list of the old block
+        // 9 are not taken for the chain.
+        let node = sigcast_jsonrpc::PassCache::new(Loaded {
+            hashes: true,
+            ..Loaded::new(Lists::Served)
+        });
+        let recent = RecentReceipts::default();
+        let ours = [tx("ab")];
+        let before = read_view(&node, ACCOUNT.parse().unwrap(), 5, &ours, Some(&recent))
+            .await
+            .unwrap();
+        let landed = before.landed.expect("ours, in block 9");
+        assert_eq!(
+            (landed.block.hash, landed.success),
+            (block_hash(9), Some(true))
+        );
+        assert_eq!(asked_for(node_of(&node), "eth_getBlockReceipts"), 1);
+        assert_eq!(asked_for(node_of(&node), "eth_getTransactionReceipt"), 0);
+        node_of(&node)
+            .reorged
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let after = read_view(&node, ACCOUNT.parse().unwrap(), 5, &ours, Some(&recent))
+            .await
+            .unwrap();
+        assert_eq!(after.head.number, 11);
+        let landed = after.landed.expect("the nonce's user");
+        assert_eq!(landed.tx, tx("cd").to_string(), "{landed:?}");
+        assert_eq!(landed.block.hash, block_hash(109));
+        assert_eq!(
+            asked_for(node_of(&node), "eth_getBlockReceipts"),
+            1,
+            "no block of the new chain holds ours: no list read"
+        );
     }
 
     #[tokio::test]

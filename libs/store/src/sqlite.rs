@@ -190,19 +190,23 @@ impl SqliteBackend {
         begin: &str,
         body: impl FnOnce(&mut SqliteTx<'_>) -> Result<T>,
     ) -> Result<T> {
-        conn.execute_batch(begin)?;
+        // Prepared once per connection, as the body's statements are: parsing BEGIN and COMMIT
+        // again for every transaction was a visible share of a point read (a replay).
+        conn.prepare_cached(begin)?.execute([])?;
         let result = body(&mut SqliteTx {
             conn,
             written: limits::Written::default(),
         })
         .and_then(|value| {
-            conn.execute_batch("COMMIT")?;
+            conn.prepare_cached("COMMIT")?.execute([])?;
             Ok(value)
         });
         if result.is_err() && !conn.is_autocommit() {
             // Nothing of a failed body may persist; if even ROLLBACK fails, the connection is
             // dropped by `release` and SQLite rolls back when it closes.
-            let _ = conn.execute_batch("ROLLBACK");
+            let _ = conn
+                .prepare_cached("ROLLBACK")
+                .and_then(|mut rollback| rollback.execute([]));
         }
         result
     }

@@ -993,6 +993,8 @@ mod tests {
                 "block 9's, once"
             );
             assert_eq!(asked_for(&node, "eth_getTransactionReceipt"), 2);
+            // The walk stopped at block 9 (headers 16 down to 9, kept for the second read).
+            assert_eq!(asked_for(&node, "eth_getBlockByHash"), 8);
         }
     }
 
@@ -1002,8 +1004,9 @@ mod tests {
         // that name their transactions, read through the pass's cache (which keeps the head
         // read by number without them, so the walk reads it again by hash). Before the reorg
         // ours is found in block 9's list, the only list read. After it, block 9 (now 109)
-        // holds another transaction of the account: the kept header and list of the old block
-        // 9 are not taken for the chain.
+        // holds another transaction of the account: the walk follows the new head's parents
+        // by hash, not the headers kept from before, so no block of the new chain is taken
+        // for holding ours. (A list kept under the old hash is the older test's case.)
         let node = sigcast_jsonrpc::PassCache::new(Loaded {
             hashes: true,
             ..Loaded::new(Lists::Served)

@@ -195,7 +195,9 @@ async fn head(url: &str) -> u64 {
         .read("eth_blockNumber", json!([]))
         .await
         .expect("eth_blockNumber");
-    u64::from_str_radix(head.as_str().unwrap_or("0x0").trim_start_matches("0x"), 16).unwrap_or(0)
+    head.as_str()
+        .and_then(|hex| u64::from_str_radix(hex.trim_start_matches("0x"), 16).ok())
+        .unwrap_or_else(|| panic!("eth_blockNumber answered {head}"))
 }
 
 /// How full the blocks `from..=to` are: transactions per block, mean (min–max), over how many
@@ -215,6 +217,13 @@ async fn block_fill(url: &str, from: u64, to: u64) -> String {
             counts.push(block["transactions"].as_array().map_or(0, Vec::len));
         }
     }
+    // The empty blocks at either end (mined while the run set up, or after its last
+    // transaction) are no part of it.
+    while counts.last() == Some(&0) {
+        counts.pop();
+    }
+    let first_used = counts.iter().position(|&n| n > 0).unwrap_or(counts.len());
+    counts.drain(..first_used);
     let (Some(min), Some(max)) = (counts.iter().min(), counts.iter().max()) else {
         return "—".into();
     };

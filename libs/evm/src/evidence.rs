@@ -856,34 +856,37 @@ mod tests {
             .count()
     }
 
+    /// What `node` shows of our operation at nonce 5 (its one attempt, `tx("ab")`), with the
+    /// lists and headers kept in `recent` across checks.
+    async fn check_ours(node: &impl Endpoint, recent: &RecentReceipts) -> EvmView {
+        read_view(node, ACCOUNT.parse().unwrap(), 5, &[tx("ab")], Some(recent))
+            .await
+            .unwrap()
+    }
+
+    /// `view` found ours in block 9, canonical there, executed with success.
+    fn assert_ours_in_block_9(view: EvmView) {
+        let landed = view.landed.expect("ours, in block 9");
+        assert_eq!(landed.tx, tx("ab").to_string());
+        assert_eq!(landed.block.number, 9);
+        assert_eq!(landed.block.hash, block_hash(9));
+        assert_eq!(landed.canonical_hash, Some(block_hash(9)));
+        assert_eq!(landed.success, Some(true));
+    }
+
     #[tokio::test]
     async fn under_load_an_inclusion_is_read_from_its_block_s_receipt_list_once_per_block() {
         let node = Loaded::new(Lists::Served);
         let recent = RecentReceipts::default();
-        let ours = [node.ours];
-        let reads =
-            (0..8).map(|_| read_view(&node, ACCOUNT.parse().unwrap(), 5, &ours, Some(&recent)));
-        for view in futures::future::join_all(reads).await {
-            let landed = view.unwrap().landed.expect("ours, in block 9");
-            assert_eq!(landed.tx, node.ours.to_string());
-            assert_eq!(landed.block.number, 9);
-            assert_eq!(landed.block.hash, block_hash(9));
-            assert_eq!(landed.canonical_hash, Some(block_hash(9)));
-            assert_eq!(landed.success, Some(true));
+        let checks = (0..8).map(|_| check_ours(&node, &recent));
+        for view in futures::future::join_all(checks).await {
+            assert_ours_in_block_9(view);
         }
         // Blocks 10 and 9, once each for the eight; no receipt of its own.
         assert_eq!(asked_for(&node, "eth_getBlockReceipts"), 2);
         assert_eq!(asked_for(&node, "eth_getTransactionReceipt"), 0);
         // Kept for the next pass.
-        read_view(
-            &node,
-            ACCOUNT.parse().unwrap(),
-            5,
-            &[node.ours],
-            Some(&recent),
-        )
-        .await
-        .unwrap();
+        check_ours(&node, &recent).await;
         assert_eq!(asked_for(&node, "eth_getBlockReceipts"), 2);
     }
 
@@ -898,15 +901,11 @@ mod tests {
             ..Loaded::new(Lists::Served)
         };
         let recent = RecentReceipts::default();
-        let ours = [node.ours];
-        let read = || read_view(&node, ACCOUNT.parse().unwrap(), 5, &ours, Some(&recent));
         // Eight checks of one pass at once, then one of the next pass.
-        let mut views = futures::future::join_all((0..8).map(|_| read())).await;
-        views.push(read().await);
+        let mut views = futures::future::join_all((0..8).map(|_| check_ours(&node, &recent))).await;
+        views.push(check_ours(&node, &recent).await);
         for view in views {
-            let landed = view.unwrap().landed.expect("ours, in block 9");
-            assert_eq!((landed.block.number, landed.success), (9, Some(true)));
-            assert_eq!(landed.canonical_hash, Some(block_hash(9)));
+            assert_ours_in_block_9(view);
         }
         assert_eq!(
             asked_for(&node, "eth_getBlockReceipts"),
@@ -932,19 +931,7 @@ mod tests {
                 by_hash_from,
                 ..Loaded::new(Lists::Served)
             };
-            let recent = RecentReceipts::default();
-            let view = read_view(
-                &node,
-                ACCOUNT.parse().unwrap(),
-                5,
-                &[node.ours],
-                Some(&recent),
-            )
-            .await
-            .unwrap();
-            let landed = view.landed.expect("ours, from its receipt");
-            assert_eq!((landed.block.number, landed.success), (9, Some(true)));
-            assert_eq!(landed.canonical_hash, Some(block_hash(9)));
+            assert_ours_in_block_9(check_ours(&node, &RecentReceipts::default()).await);
             assert_eq!(asked_for(&node, "eth_getBlockReceipts"), 0, "head {head}");
             assert_eq!(
                 asked_for(&node, "eth_getTransactionReceipt"),
@@ -974,18 +961,7 @@ mod tests {
             };
             let recent = RecentReceipts::default();
             for _ in 0..2 {
-                let view = read_view(
-                    &node,
-                    ACCOUNT.parse().unwrap(),
-                    5,
-                    &[node.ours],
-                    Some(&recent),
-                )
-                .await
-                .unwrap();
-                let landed = view.landed.expect("ours, from its receipt");
-                assert_eq!((landed.block.number, landed.success), (9, Some(true)));
-                assert_eq!(landed.canonical_hash, Some(block_hash(9)));
+                assert_ours_in_block_9(check_ours(&node, &recent).await);
             }
             assert_eq!(
                 asked_for(&node, "eth_getBlockReceipts"),
@@ -1012,24 +988,14 @@ mod tests {
             ..Loaded::new(Lists::Served)
         });
         let recent = RecentReceipts::default();
-        let ours = [tx("ab")];
-        let before = read_view(&node, ACCOUNT.parse().unwrap(), 5, &ours, Some(&recent))
-            .await
-            .unwrap();
-        let landed = before.landed.expect("ours, in block 9");
-        assert_eq!(
-            (landed.block.hash, landed.success),
-            (block_hash(9), Some(true))
-        );
+        assert_ours_in_block_9(check_ours(&node, &recent).await);
         assert_eq!(asked_for(node_of(&node), "eth_getBlockReceipts"), 1);
         assert_eq!(asked_for(node_of(&node), "eth_getTransactionReceipt"), 0);
         node_of(&node)
             .reorged
             .store(true, std::sync::atomic::Ordering::SeqCst);
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        let after = read_view(&node, ACCOUNT.parse().unwrap(), 5, &ours, Some(&recent))
-            .await
-            .unwrap();
+        let after = check_ours(&node, &recent).await;
         assert_eq!(after.head.number, 11);
         let landed = after.landed.expect("the nonce's user");
         assert_eq!(landed.tx, tx("cd").to_string(), "{landed:?}");
@@ -1049,11 +1015,7 @@ mod tests {
         // chain (there, another transaction of the account used the nonce).
         let node = sigcast_jsonrpc::PassCache::new(Loaded::new(Lists::Served));
         let recent = RecentReceipts::default();
-        let ours = [tx("ab")];
-        let before = read_view(&node, ACCOUNT.parse().unwrap(), 5, &ours, Some(&recent))
-            .await
-            .unwrap();
-        assert_eq!(before.landed.unwrap().block.hash, block_hash(9));
+        assert_ours_in_block_9(check_ours(&node, &recent).await);
         assert_eq!(
             asked_for(node_of(&node), "eth_getTransactionReceipt"),
             0,
@@ -1064,9 +1026,7 @@ mod tests {
             .reorged
             .store(true, std::sync::atomic::Ordering::SeqCst);
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        let after = read_view(&node, ACCOUNT.parse().unwrap(), 5, &ours, Some(&recent))
-            .await
-            .unwrap();
+        let after = check_ours(&node, &recent).await;
         assert_eq!(after.head.number, 11);
         // What the chain now holds at the nonce: the account's other transaction, in the new
         // block 9.
@@ -1081,19 +1041,8 @@ mod tests {
             let node = Loaded::new(lists);
             let recent = RecentReceipts::default();
             for _ in 0..2 {
-                let view = read_view(
-                    &node,
-                    ACCOUNT.parse().unwrap(),
-                    5,
-                    &[node.ours],
-                    Some(&recent),
-                )
-                .await
-                .unwrap();
                 // Read from its own receipt instead, in block 9 as the header says.
-                let landed = view.landed.expect("ours, from its receipt");
-                assert_eq!((landed.block.number, landed.success), (9, Some(true)));
-                assert_eq!(landed.canonical_hash, Some(block_hash(9)));
+                assert_ours_in_block_9(check_ours(&node, &recent).await);
             }
             assert_eq!(asked_for(&node, "eth_getTransactionReceipt"), 2);
             if lists == Lists::Unsupported {

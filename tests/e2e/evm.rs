@@ -402,6 +402,38 @@ async fn two_signers_and_two_broadcasters_on_one_store_allocate_each_nonce_once(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_broadcasters_read_each_block_s_receipt_list_from_the_node_once_between_them() {
+    // Enough operations at once that the checks read whole blocks' lists.
+    let stack = Stack::start(StackOptions {
+        replicas: 2,
+        faults: Some((0.0, 1)),
+        ..Default::default()
+    })
+    .await;
+    let planned = submit_transfers(&stack, "lists", 800, 4).await;
+    assert_exactly_once(&stack, &planned, 4, Duration::from_secs(300)).await;
+    let lists = stack.proxy.as_ref().unwrap().stats().block_lists;
+    let mut reads: HashMap<&String, usize> = HashMap::new();
+    for block in &lists {
+        *reads.entry(block).or_default() += 1;
+    }
+    // Both replicas check every operation waiting: each read every block's list before. One
+    // reads it now, and the other takes its outcomes from the store, unless it waited for them
+    // longer than it waits (a loaded machine): a few blocks at most.
+    let twice: Vec<_> = reads.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        !reads.is_empty(),
+        "no block's list read: the checks never read whole blocks"
+    );
+    assert!(
+        twice.len() * 4 <= reads.len(),
+        "lists of {} of {} blocks read more than once: {twice:?}",
+        twice.len(),
+        reads.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_nonce_consumed_by_an_outside_sender_rejects_with_evidence_and_later_operations_confirm()
 {
     use sigcast_proto::sigcast::signer::v1::SignOperationRequest;

@@ -48,6 +48,8 @@ pub struct ProxyStats {
     /// Sends forwarded without a fault that the node answered "nonce too low": a resend of
     /// bytes already included (the sender's check not yet run), an unknown outcome to it too.
     pub nonce_used_answers: usize,
+    /// The block of each `eth_getBlockReceipts` request forwarded, as asked.
+    pub block_lists: Vec<String>,
 }
 
 /// A running proxy; stops when dropped.
@@ -321,6 +323,12 @@ async fn serve(
     {
         let mut stats = stats.lock().unwrap();
         stats.forwarded += 1;
+        if text.contains("eth_getBlockReceipts")
+            && let Ok(request) = serde_json::from_slice::<serde_json::Value>(&body)
+            && request["method"] == "eth_getBlockReceipts"
+        {
+            stats.block_lists.push(request["params"][0].to_string());
+        }
         if is_send
             && fault.is_none()
             && String::from_utf8_lossy(&response).contains("nonce too low")

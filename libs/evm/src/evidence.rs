@@ -45,8 +45,14 @@ const KEEP_BLOCKS: u64 = 24;
 /// alone); kept by block hash, so a reorg reads the new block's. A list that does not hold
 /// together (a receipt that does not parse, of another block) is not used: its transactions
 /// are read one by one, as without this.
+///
+/// Replicas checking one chain each read the lists of the same blocks: with
+/// [`RecentReceipts::shared_by`], one of them reads a block's list and the others take its
+/// outcomes (see [`SharedOutcomes`]).
 #[derive(Debug, Default)]
 pub struct RecentReceipts {
+    /// Blocks' outcomes shared with the other replicas, if any.
+    shared: Option<Arc<dyn SharedOutcomes>>,
     /// Per (endpoint, block number, block hash).
     blocks: std::sync::Mutex<HashMap<BlockOf, Arc<tokio::sync::Mutex<Fetch>>>>,
     /// The headers walked, per (endpoint, block hash): a header by hash never changes.
@@ -67,12 +73,14 @@ type HeaderSlot = Arc<tokio::sync::Mutex<Option<Arc<Walked>>>>;
 struct Walked {
     header: wire::LinkedHeader,
     transactions: Option<HashSet<B256>>,
+    /// The same, in block order (empty when the header does not list them).
+    order: Vec<B256>,
 }
 
 impl Walked {
     fn of(value: &Value) -> Option<Self> {
         let header = wire::LinkedHeader::deserialize(value).ok()?;
-        let transactions = value
+        let order: Option<Vec<B256>> = value
             .get("transactions")
             .and_then(Value::as_array)
             .and_then(|hashes| {
@@ -83,10 +91,47 @@ impl Walked {
             });
         Some(Self {
             header,
-            transactions,
+            transactions: order.as_ref().map(|order| order.iter().copied().collect()),
+            order: order.unwrap_or_default(),
         })
     }
 }
+
+/// What [`SharedOutcomes`] answers with.
+pub type Answer<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// What the replicas checking one chain know of a block's outcomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shared {
+    /// Whether each of its transactions succeeded, in block order, as a replica read them
+    /// from its list.
+    Known(Vec<bool>),
+    /// Another replica reads its list now.
+    Elsewhere,
+    /// This replica is to read its list, and publish what it read.
+    Claimed,
+}
+
+/// Blocks' outcomes shared by the replicas that check one chain's operations (the broadcaster
+/// keeps them in the store): one replica reads a block's list from its node, the others take
+/// what it read instead of reading the list again. Outcomes are taken only for a block whose
+/// header, read by its hash, names the transactions they follow, in that order: the hash
+/// fixes them, so outcomes read through any endpoint hold for that block.
+pub trait SharedOutcomes: Send + Sync + std::fmt::Debug {
+    /// What is known of block `number` with `hash`; when nothing, it is claimed for this
+    /// replica to read.
+    fn claim(&self, number: u64, hash: B256) -> Answer<'_, Shared>;
+    /// The block's outcomes as this replica read them, in block order; `None` gives up its
+    /// claim (the list could not be read here), so that the others read it themselves.
+    fn publish(&self, number: u64, hash: B256, outcomes: Option<Vec<bool>>) -> Answer<'_, ()>;
+    /// Waits before looking again at a block another replica reads.
+    fn pause(&self) -> Answer<'_, ()>;
+}
+
+/// How many times a block another replica reads is looked at again (each after a
+/// [`SharedOutcomes::pause`]) before this replica reads its list itself: that replica may have
+/// stopped.
+const LOOKS_WHILE_READ_ELSEWHERE: usize = 40;
 
 /// A block's receipts, by transaction hash.
 type BlockReceipts = Arc<HashMap<B256, crate::rpc::Receipt>>;
@@ -108,6 +153,15 @@ enum Fetch {
 const RETRY_LIST_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl RecentReceipts {
+    /// Recent receipts whose blocks' outcomes are shared with the other replicas through
+    /// `shared`.
+    pub fn shared_by(shared: Arc<dyn SharedOutcomes>) -> Self {
+        Self {
+            shared: Some(shared),
+            ..Self::default()
+        }
+    }
+
     /// The endpoint's block `hash`, as walked: read by hash (with its transactions' hashes,
     /// which a header read by number through a pass's cache no longer has) once, then kept.
     /// Those who ask while it is read wait for that read: at a new head every check of the
@@ -155,14 +209,13 @@ impl RecentReceipts {
             .filter(|parent| parent.header.number + 1 == block.header.number)
     }
 
-    /// The receipts of the endpoint's block `number`, whose canonical hash is `hash`: read
-    /// once (those who ask meanwhile wait for that read), `None` when unreadable.
-    async fn block(
-        &self,
-        endpoint: &impl Endpoint,
-        number: u64,
-        hash: &str,
-    ) -> Option<BlockReceipts> {
+    /// The receipts of the endpoint's block `walked`, canonical there: read once (those who
+    /// ask meanwhile wait for that read), or taken from another replica's reading; `None`
+    /// when unreadable.
+    async fn block(&self, endpoint: &impl Endpoint, walked: &Walked) -> Option<BlockReceipts> {
+        let number = walked.header.number;
+        let hash = walked.header.hash.to_string();
+        let hash = hash.as_str();
         let label = endpoint.label();
         if self
             .unsupported
@@ -187,6 +240,55 @@ impl RecentReceipts {
             Fetch::Failed(at) if at.elapsed() < RETRY_LIST_AFTER => return None,
             _ => {}
         }
+        // Only a header that names its transactions can take or give outcomes.
+        let Some(shared) = self
+            .shared
+            .as_ref()
+            .filter(|_| walked.transactions.is_some())
+        else {
+            return Self::read_list(endpoint, number, hash, &mut fetch, &self.unsupported).await;
+        };
+        let mut looks = 0;
+        let claimed = loop {
+            match shared.claim(number, walked.header.hash).await {
+                Shared::Known(outcomes) => {
+                    if let Some(receipts) = receipts_of(walked, &outcomes) {
+                        *fetch = Fetch::Read(receipts.clone());
+                        return Some(receipts);
+                    }
+                    tracing::warn!(
+                        endpoint = label,
+                        number,
+                        "a block's shared outcomes do not match its transactions: its list is read here"
+                    );
+                    break false;
+                }
+                Shared::Claimed => break true,
+                Shared::Elsewhere if looks < LOOKS_WHILE_READ_ELSEWHERE => {
+                    looks += 1;
+                    shared.pause().await;
+                }
+                Shared::Elsewhere => break false,
+            }
+        };
+        let receipts = Self::read_list(endpoint, number, hash, &mut fetch, &self.unsupported).await;
+        let outcomes = receipts.as_ref().and_then(|r| outcomes_of(walked, r));
+        if claimed || outcomes.is_some() {
+            shared.publish(number, walked.header.hash, outcomes).await;
+        }
+        receipts
+    }
+
+    /// Reads the endpoint's block `number` (canonical hash `hash`) list from the endpoint,
+    /// leaving in `fetch` what became of it.
+    async fn read_list(
+        endpoint: &impl Endpoint,
+        number: u64,
+        hash: &str,
+        fetch: &mut Fetch,
+        unsupported: &std::sync::Mutex<HashSet<String>>,
+    ) -> Option<BlockReceipts> {
+        let label = endpoint.label();
         match endpoint
             .request("eth_getBlockReceipts", json!([hex(number)]))
             .await
@@ -218,7 +320,7 @@ impl RecentReceipts {
                     code,
                     "endpoint does not serve eth_getBlockReceipts: receipts read one by one"
                 );
-                self.unsupported
+                unsupported
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(label.to_owned());
@@ -230,6 +332,43 @@ impl RecentReceipts {
             }
         }
     }
+}
+
+/// The outcomes of `walked`'s transactions in block order, from its list: if the list holds
+/// a receipt for each of them and no other.
+fn outcomes_of(walked: &Walked, receipts: &BlockReceipts) -> Option<Vec<bool>> {
+    walked.transactions.as_ref()?;
+    if receipts.len() != walked.order.len() {
+        return None;
+    }
+    walked
+        .order
+        .iter()
+        .map(|tx| receipts.get(tx).map(|receipt| receipt.success))
+        .collect()
+}
+
+/// `walked`'s receipts from outcomes another replica read, if they are of its transactions:
+/// one each, in block order.
+fn receipts_of(walked: &Walked, outcomes: &[bool]) -> Option<BlockReceipts> {
+    let held = walked.transactions.as_ref()?;
+    if outcomes.len() != walked.order.len() || held.len() != walked.order.len() {
+        return None;
+    }
+    let receipts = walked
+        .order
+        .iter()
+        .zip(outcomes)
+        .map(|(&tx_hash, &success)| {
+            let receipt = crate::rpc::Receipt {
+                tx_hash,
+                block_number: walked.header.number,
+                block_hash: walked.header.hash,
+                success,
+            };
+            (tx_hash, receipt)
+        });
+    Some(Arc::new(receipts.collect()))
 }
 
 /// A block's receipt list, if it holds together: every receipt parses and is of the block
@@ -398,7 +537,7 @@ pub async fn read_view(
             };
             if holds {
                 let hash = header.hash.to_string();
-                if let Some(receipts) = recent.block(endpoint, header.number, &hash).await {
+                if let Some(receipts) = recent.block(endpoint, &walked).await {
                     for attempt in attempts {
                         if let Some(receipt) = receipts.get(attempt) {
                             landed = Some(EvmLanded {
@@ -748,6 +887,8 @@ mod tests {
         /// Headers of blocks below this are not served by hash (pruned, or a backend behind a
         /// balancer that does not have them).
         by_hash_from: u64,
+        /// How ours executed (`0x1` unless said).
+        ours_status: &'static str,
     }
 
     impl Loaded {
@@ -760,6 +901,7 @@ mod tests {
                 head: 10,
                 hashes: false,
                 by_hash_from: 0,
+                ours_status: "0x1",
             }
         }
 
@@ -802,8 +944,13 @@ mod tests {
             };
             let theirs = tx("cd");
             let receipt = |tx: B256, block: &str| {
+                let status = if tx == self.ours {
+                    self.ours_status
+                } else {
+                    "0x1"
+                };
                 json!({"transactionHash": tx.to_string(), "blockNumber": hex(9),
-                       "blockHash": block, "status": "0x1"})
+                       "blockHash": block, "status": status})
             };
             Ok(match method {
                 "eth_getBlockByNumber" => {
@@ -831,6 +978,11 @@ mod tests {
                         });
                     }
                     (Lists::Served, 9) if self.reorged() => json!([receipt(theirs, &self.hash(9))]),
+                    // With the other sender's first, as its header lists them.
+                    (Lists::Served, 9) if self.hashes => json!([
+                        receipt(tx("e9"), &self.hash(9)),
+                        receipt(self.ours, &self.hash(9))
+                    ]),
                     (Lists::Served, 9) => json!([receipt(self.ours, &self.hash(9))]),
                     (Lists::OfAnotherBlock, 9) => json!([receipt(self.ours, &block_hash(99))]),
                     _ => json!([]),
@@ -866,12 +1018,214 @@ mod tests {
 
     /// `view` found ours in block 9, canonical there, executed with success.
     fn assert_ours_in_block_9(view: EvmView) {
+        assert_ours_in_block_9_executed(view, true);
+    }
+
+    /// `view` found ours in block 9, canonical there, executed with `success` or reverted.
+    fn assert_ours_in_block_9_executed(view: EvmView, success: bool) {
         let landed = view.landed.expect("ours, in block 9");
         assert_eq!(landed.tx, tx("ab").to_string());
         assert_eq!(landed.block.number, 9);
         assert_eq!(landed.block.hash, block_hash(9));
         assert_eq!(landed.canonical_hash, Some(block_hash(9)));
-        assert_eq!(landed.success, Some(true));
+        assert_eq!(landed.success, Some(success));
+    }
+
+    /// What the replicas' [`SharedOutcomes`] hold of a block (the store, in the broadcaster).
+    #[derive(Debug, Clone, PartialEq)]
+    enum OnBoard {
+        Reading(u8),
+        Outcomes(Vec<bool>),
+    }
+
+    /// Blocks' outcomes shared by replicas, kept in memory.
+    #[derive(Debug, Default)]
+    struct Board {
+        blocks: Mutex<HashMap<B256, OnBoard>>,
+        /// Pauses taken by replicas waiting for another's reading.
+        pauses: std::sync::atomic::AtomicUsize,
+        /// Published at the first pause: another replica's reading, done while one waits.
+        published_at_pause: Mutex<Option<(B256, Vec<bool>)>>,
+    }
+
+    impl Board {
+        fn with(block: B256, on_board: OnBoard) -> Arc<Self> {
+            let board = Self::default();
+            board.blocks.lock().unwrap().insert(block, on_board);
+            Arc::new(board)
+        }
+
+        fn of(&self, block: B256) -> Option<OnBoard> {
+            self.blocks.lock().unwrap().get(&block).cloned()
+        }
+
+        fn pauses(&self) -> usize {
+            self.pauses.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    /// One replica's view of the board.
+    #[derive(Debug)]
+    struct Replica {
+        board: Arc<Board>,
+        id: u8,
+    }
+
+    impl SharedOutcomes for Replica {
+        fn claim(&self, _: u64, hash: B256) -> Answer<'_, Shared> {
+            Box::pin(async move {
+                let mut blocks = self.board.blocks.lock().unwrap();
+                match blocks.get(&hash) {
+                    None => {
+                        blocks.insert(hash, OnBoard::Reading(self.id));
+                        Shared::Claimed
+                    }
+                    Some(OnBoard::Reading(id)) if *id == self.id => Shared::Claimed,
+                    Some(OnBoard::Reading(_)) => Shared::Elsewhere,
+                    Some(OnBoard::Outcomes(outcomes)) => Shared::Known(outcomes.clone()),
+                }
+            })
+        }
+
+        fn publish(&self, _: u64, hash: B256, outcomes: Option<Vec<bool>>) -> Answer<'_, ()> {
+            Box::pin(async move {
+                let mut blocks = self.board.blocks.lock().unwrap();
+                match outcomes {
+                    Some(_) if matches!(blocks.get(&hash), Some(OnBoard::Outcomes(_))) => {}
+                    Some(outcomes) => {
+                        blocks.insert(hash, OnBoard::Outcomes(outcomes));
+                    }
+                    None if blocks.get(&hash) == Some(&OnBoard::Reading(self.id)) => {
+                        blocks.remove(&hash);
+                    }
+                    None => {}
+                }
+            })
+        }
+
+        fn pause(&self) -> Answer<'_, ()> {
+            Box::pin(async move {
+                self.board
+                    .pauses
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if let Some((hash, outcomes)) = self.board.published_at_pause.lock().unwrap().take()
+                {
+                    let mut blocks = self.board.blocks.lock().unwrap();
+                    blocks.insert(hash, OnBoard::Outcomes(outcomes));
+                }
+            })
+        }
+    }
+
+    fn replica(board: &Arc<Board>, id: u8) -> RecentReceipts {
+        RecentReceipts::shared_by(Arc::new(Replica {
+            board: board.clone(),
+            id,
+        }))
+    }
+
+    /// Head 16, ours reverted in block 9 after another sender's transfer, headers naming
+    /// their transactions: block 9's outcomes are [true, false].
+    fn reverted_in_block_9() -> Loaded {
+        Loaded {
+            head: 16,
+            hashes: true,
+            ours_status: "0x0",
+            ..Loaded::new(Lists::Served)
+        }
+    }
+
+    fn block_9() -> B256 {
+        block_hash(9).parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn one_replica_reads_a_block_s_list_and_another_takes_its_outcomes() {
+        let board = Arc::new(Board::default());
+        let (first, second) = (reverted_in_block_9(), reverted_in_block_9());
+        assert_ours_in_block_9_executed(check_ours(&first, &replica(&board, 1)).await, false);
+        assert_eq!(asked_for(&first, "eth_getBlockReceipts"), 1);
+        assert_eq!(
+            board.of(block_9()),
+            Some(OnBoard::Outcomes(vec![true, false])),
+            "in block order: the other sender's, then ours"
+        );
+        // The other replica, through its own node: ours, as reverted, and nothing of its
+        // node's but the walk.
+        assert_ours_in_block_9_executed(check_ours(&second, &replica(&board, 2)).await, false);
+        assert_eq!(asked_for(&second, "eth_getBlockReceipts"), 0);
+        assert_eq!(asked_for(&second, "eth_getTransactionReceipt"), 0);
+    }
+
+    #[tokio::test]
+    async fn a_block_another_replica_reads_is_waited_for_and_read_here_if_nothing_comes() {
+        // Its outcomes come while this replica waits: taken.
+        let board = Board::with(block_9(), OnBoard::Reading(1));
+        *board.published_at_pause.lock().unwrap() = Some((block_9(), vec![true, false]));
+        let node = reverted_in_block_9();
+        assert_ours_in_block_9_executed(check_ours(&node, &replica(&board, 2)).await, false);
+        assert_eq!(board.pauses(), 1);
+        assert_eq!(asked_for(&node, "eth_getBlockReceipts"), 0);
+        // They never come (that replica stopped): after its looks, read here and published.
+        let board = Board::with(block_9(), OnBoard::Reading(1));
+        let node = reverted_in_block_9();
+        assert_ours_in_block_9_executed(check_ours(&node, &replica(&board, 2)).await, false);
+        assert_eq!(board.pauses(), LOOKS_WHILE_READ_ELSEWHERE);
+        assert_eq!(asked_for(&node, "eth_getBlockReceipts"), 1);
+        assert_eq!(
+            board.of(block_9()),
+            Some(OnBoard::Outcomes(vec![true, false]))
+        );
+    }
+
+    #[tokio::test]
+    async fn outcomes_that_are_not_one_per_transaction_of_the_block_are_not_taken() {
+        // One outcome for block 9's two transactions: whose? The list is read here, and the
+        // outcomes on the board are left as they are (published once).
+        for wrong in [vec![true], vec![true, true, false]] {
+            let board = Board::with(block_9(), OnBoard::Outcomes(wrong.clone()));
+            let node = reverted_in_block_9();
+            assert_ours_in_block_9_executed(check_ours(&node, &replica(&board, 2)).await, false);
+            assert_eq!(asked_for(&node, "eth_getBlockReceipts"), 1);
+            assert_eq!(board.of(block_9()), Some(OnBoard::Outcomes(wrong)));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_replica_whose_node_s_list_does_not_hold_together_gives_its_claim_up() {
+        let board = Arc::new(Board::default());
+        let node = Loaded {
+            ours_status: "0x0",
+            ..Loaded::new(Lists::OfAnotherBlock)
+        };
+        let node = Loaded {
+            head: 16,
+            hashes: true,
+            ..node
+        };
+        // Read by its own receipt, and the others are not left waiting for this replica.
+        assert_ours_in_block_9_executed(check_ours(&node, &replica(&board, 1)).await, false);
+        assert_eq!(asked_for(&node, "eth_getBlockReceipts"), 1);
+        assert_eq!(board.of(block_9()), None);
+    }
+
+    #[tokio::test]
+    async fn a_header_without_its_transactions_neither_takes_nor_gives_outcomes() {
+        // Headers without hashes: outcomes in block order cannot be matched to transactions.
+        let board = Board::with(block_9(), OnBoard::Outcomes(vec![true]));
+        let node = Loaded::new(Lists::Served);
+        assert_ours_in_block_9(check_ours(&node, &replica(&board, 2)).await);
+        assert_eq!(
+            asked_for(&node, "eth_getBlockReceipts"),
+            2,
+            "blocks 10 and 9"
+        );
+        assert_eq!(board.of(block_9()), Some(OnBoard::Outcomes(vec![true])));
+        assert_eq!(
+            board.blocks.lock().unwrap().len(),
+            1,
+            "no claim, no publish"
+        );
     }
 
     #[tokio::test]

@@ -9,6 +9,7 @@
 //! error on its way through (a retryable conflict must stay retryable).
 
 pub mod accounts;
+pub mod blocks;
 mod error;
 #[cfg(feature = "fdb")]
 mod fdb;

@@ -7,6 +7,7 @@
 
 mod chains;
 pub mod config;
+mod outcomes;
 mod signer;
 mod worker;
 

@@ -9,6 +9,7 @@
 
 use crate::chains::{self, Chain, Chains, View};
 use crate::config::Config;
+use crate::outcomes::StoreOutcomes;
 use crate::signer::{Refusal, SignerClient};
 use futures::StreamExt;
 use sigcast_domain::OperationState;
@@ -99,6 +100,17 @@ impl Worker {
                 ),
             );
         }
+        // Replicas of this process share each block's receipt list through the store.
+        let replica: u64 = rand::random();
+        let recent_receipts = config
+            .evm_chains
+            .iter()
+            .map(|chain| {
+                let chain = format!("eip155:{}", chain.chain_id);
+                let shared = StoreOutcomes::new(store.clone(), chain.clone(), replica);
+                (chain, RecentReceipts::shared_by(Arc::new(shared)))
+            })
+            .collect();
         Ok(Self {
             store,
             signer: SignerClient::new(&config.signer_url, config.signer_tls.as_ref())?,
@@ -108,18 +120,7 @@ impl Worker {
             work: Arc::default(),
             swept: Arc::default(),
             read_at: Arc::default(),
-            recent_receipts: Arc::new(
-                config
-                    .evm_chains
-                    .iter()
-                    .map(|chain| {
-                        (
-                            format!("eip155:{}", chain.chain_id),
-                            RecentReceipts::default(),
-                        )
-                    })
-                    .collect(),
-            ),
+            recent_receipts: Arc::new(recent_receipts),
             clock: SteadyClock::start(),
         })
     }

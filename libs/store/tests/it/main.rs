@@ -3,6 +3,7 @@
 //! names a cluster (each test then works in a namespace of its own and clears it afterwards).
 
 mod accounts;
+mod blocks;
 mod fixture;
 mod kv;
 mod limits;

@@ -11,6 +11,7 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use serde_json::json;
 use sigcast_domain::{EvmAddress, EvmContractCall, EvmTransfer, Intent, OpId, Wei};
+use sigcast_evm::evidence::{Answer, Shared, SharedOutcomes};
 use sigcast_evm::{Address, B256, Fees, TxParams, params_of};
 use sigcast_jsonrpc::Endpoint;
 use sigcast_proto::{intent_from_proto, new_operation, pb};
@@ -21,6 +22,7 @@ use sigcast_signer::{
     InitialEvm, Replacement as SignerReplacement, ReplacementEvm, Signed, replacement_fees,
     sign_initial_evm, sign_initial_evm_together, sign_replacement_evm,
 };
+use sigcast_store::blocks::{self, Seen};
 use sigcast_store::operations::{self, Guard, SubmitOutcome};
 use sigcast_store::work::{PASS_BUDGET, WorkList};
 use sigcast_store::{accounts, tuple::Subspace};
@@ -565,6 +567,21 @@ async fn ask<P>(
 /// One broadcaster replica: the worker's passes, one operation at a time.
 pub(crate) async fn broadcaster(world: Rc<World>, name: String, mut rng: StdRng) {
     let work = WorkList::default();
+    // This start of the process, among the replicas: as the worker draws one at each start,
+    // a claim left by an earlier start (killed while it read a list) is another's.
+    let replica = {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::hash::DefaultHasher::new();
+        (&name, now_ms()).hash(&mut hasher);
+        hasher.finish()
+    };
+    let lists = world.settings.shared_lists.then(|| {
+        sigcast_evm::evidence::RecentReceipts::shared_by(Arc::new(SimOutcomes {
+            store: world.store.clone(),
+            chain: CHAIN.to_owned(),
+            replica,
+        }))
+    });
     loop {
         sleep(world.settings.poll_ms).await;
         for state in [
@@ -581,7 +598,7 @@ pub(crate) async fn broadcaster(world: Rc<World>, name: String, mut rng: StdRng)
                 ops = sign_by_account(&world, &name, ops).await;
             }
             for op in ops {
-                work_on(&world, &name, op, &mut rng).await;
+                work_on(&world, &name, op, lists.as_ref(), &mut rng).await;
             }
         }
     }
@@ -673,7 +690,74 @@ async fn backlog(world: &World) {
     }
 }
 
-async fn work_on(world: &Rc<World>, name: &str, op: pb::Operation, rng: &mut StdRng) {
+/// Blocks' outcomes shared through the simulated store, as the worker shares them through its
+/// store (`services/broadcaster/src/outcomes.rs`): the same store bodies, the simulated clock
+/// for the pause between looks.
+struct SimOutcomes {
+    store: crate::kv::SimStore,
+    chain: String,
+    replica: u64,
+}
+
+impl std::fmt::Debug for SimOutcomes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimOutcomes")
+            .field("replica", &self.replica)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedOutcomes for SimOutcomes {
+    fn claim(&self, number: u64, hash: B256) -> Answer<'_, Shared> {
+        Box::pin(async move {
+            let root = self.store.root().clone();
+            let (chain, hash) = (self.chain.as_str(), hash.to_string());
+            let seen = match self
+                .store
+                .read(|tx| blocks::seen(tx, &root, chain, number, &hash))
+            {
+                Ok(Some(Seen::Reading(id))) if id == self.replica => Ok(None),
+                Ok(None) => {
+                    self.store
+                        .run(|tx| blocks::claim(tx, &root, chain, number, &hash, self.replica))
+                        .await
+                }
+                seen => seen,
+            };
+            match seen {
+                Ok(None) | Err(_) => Shared::Claimed,
+                Ok(Some(Seen::Reading(_))) => Shared::Elsewhere,
+                Ok(Some(Seen::Outcomes(outcomes))) => Shared::Known(outcomes),
+            }
+        })
+    }
+
+    fn publish(&self, number: u64, hash: B256, outcomes: Option<Vec<bool>>) -> Answer<'_, ()> {
+        Box::pin(async move {
+            let root = self.store.root().clone();
+            let (chain, hash) = (self.chain.as_str(), hash.to_string());
+            let _ = self
+                .store
+                .run(|tx| match &outcomes {
+                    Some(outcomes) => blocks::publish(tx, &root, chain, number, &hash, outcomes),
+                    None => blocks::give_up(tx, &root, chain, number, &hash, self.replica),
+                })
+                .await;
+        })
+    }
+
+    fn pause(&self) -> Answer<'_, ()> {
+        Box::pin(sleep(50))
+    }
+}
+
+async fn work_on(
+    world: &Rc<World>,
+    name: &str,
+    op: pb::Operation,
+    shared_lists: Option<&sigcast_evm::evidence::RecentReceipts>,
+    rng: &mut StdRng,
+) {
     let mut evidence = Evidence::None;
     let mut action = decide(&op, &evidence, system_time(), &world.rules);
     if matches!(action, Action::ReadMore(_)) {
@@ -696,10 +780,13 @@ async fn work_on(world: &Rc<World>, name: &str, op: pb::Operation, rng: &mut Std
             }
             let endpoint = &world.endpoints[index];
             // Half the reads as under load, from whole blocks' receipt lists (kept for this
-            // read only: their reuse across passes is by block hash). Chosen without drawing
-            // from the seed's stream, so the regression seeds keep their runs.
+            // read only: their reuse across passes is by block hash; or, sharing, the
+            // process's). Chosen without drawing from the seed's stream, so the regression
+            // seeds keep their runs.
             let lists = sigcast_evm::evidence::RecentReceipts::default();
-            let recent = (nonce + index as u64).is_multiple_of(2).then_some(&lists);
+            let recent = (nonce + index as u64)
+                .is_multiple_of(2)
+                .then_some(shared_lists.unwrap_or(&lists));
             let Ok(view) =
                 sigcast_evm::evidence::read_view(endpoint, account, nonce, &hashes, recent).await
             else {

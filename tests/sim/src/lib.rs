@@ -106,21 +106,24 @@ impl Settings {
             backlog: if rng.gen_bool(0.05) { 1_100 } else { 0 },
             batch_signing: rng.gen_bool(0.5),
             burst_ms: None,
+            shared_lists: false,
             tamper: Tamper::None,
         };
         if settings.batch_signing && rng.gen_bool(0.5) {
             // Submits in a burst, so that an account has many operations to sign at once.
             settings.burst_ms = Some(rng.gen_range(5..200));
         }
+        settings.shared_lists = rng.gen_bool(0.5);
         settings
     }
 
     /// The settings seed `seed` drew when it found a defect, before first signatures were
-    /// drawn to be asked for in batches.
+    /// drawn to be asked for in batches and before replicas shared receipt outcomes.
     pub fn as_found(seed: u64) -> Self {
         Settings {
             batch_signing: false,
             burst_ms: None,
+            shared_lists: false,
             ..Settings::draw(seed)
         }
     }

@@ -150,6 +150,10 @@ pub struct Settings {
     /// With batch signing, submits spread over this long instead of `submit_spread_ms`: a
     /// burst, so that an account has many operations to sign at once.
     pub burst_ms: Option<u64>,
+    /// Broadcaster replicas share blocks' receipt outcomes through the store, and each keeps
+    /// its blocks' lists across passes, as the worker does: one replica reads a block's list
+    /// and the others take its outcomes.
+    pub shared_lists: bool,
     /// A broken decision, if any.
     pub tamper: Tamper,
 }

@@ -73,8 +73,9 @@ type HeaderSlot = Arc<tokio::sync::Mutex<Option<Arc<Walked>>>>;
 struct Walked {
     header: wire::LinkedHeader,
     transactions: Option<HashSet<B256>>,
-    /// The same, in block order (empty when the header does not list them).
-    order: Vec<B256>,
+    /// The same in block order, with the digest of that order, when the header names each
+    /// transaction once: what outcomes shared between replicas follow.
+    order: Option<(Vec<B256>, B256)>,
 }
 
 impl Walked {
@@ -89,23 +90,56 @@ impl Walked {
                     .map(|hash| hash.as_str()?.parse::<B256>().ok())
                     .collect()
             });
+        let transactions: Option<HashSet<B256>> =
+            order.as_ref().map(|order| order.iter().copied().collect());
+        let order = order
+            .filter(|order| {
+                transactions
+                    .as_ref()
+                    .is_some_and(|t| t.len() == order.len())
+            })
+            .map(|order| {
+                let digest = transactions_digest(&order);
+                (order, digest)
+            });
         Some(Self {
             header,
-            transactions: order.as_ref().map(|order| order.iter().copied().collect()),
-            order: order.unwrap_or_default(),
+            transactions,
+            order,
         })
     }
+}
+
+/// The digest of a block's transaction hashes in block order (keccak-256 of them, one after
+/// the other): outcomes are taken only where one's own header gives the same, so an endpoint
+/// that lists a block's transactions otherwise than another decides nothing for the replica
+/// that reads through the other.
+fn transactions_digest(order: &[B256]) -> B256 {
+    let mut hasher = alloy_primitives::Keccak256::new();
+    for hash in order {
+        hasher.update(hash);
+    }
+    hasher.finalize()
 }
 
 /// What [`SharedOutcomes`] answers with.
 pub type Answer<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
+/// How a block's transactions executed, as one replica read them from its list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcomes {
+    /// The digest of the transactions' hashes in block order, as that replica's header of the
+    /// block listed them.
+    pub transactions: B256,
+    /// Whether each succeeded (or reverted), in that order.
+    pub success: Vec<bool>,
+}
+
 /// What the replicas checking one chain know of a block's outcomes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Shared {
-    /// Whether each of its transactions succeeded, in block order, as a replica read them
-    /// from its list.
-    Known(Vec<bool>),
+    /// Its outcomes, as a replica read them.
+    Known(Outcomes),
     /// Another replica reads its list now.
     Elsewhere,
     /// This replica is to read its list, and publish what it read.
@@ -115,15 +149,17 @@ pub enum Shared {
 /// Blocks' outcomes shared by the replicas that check one chain's operations (the broadcaster
 /// keeps them in the store): one replica reads a block's list from its node, the others take
 /// what it read instead of reading the list again. Outcomes are taken only for a block whose
-/// header, read by its hash, names the transactions they follow, in that order: the hash
-/// fixes them, so outcomes read through any endpoint hold for that block.
+/// header, read by its hash, names each transaction once, in an order whose digest is the
+/// outcomes' own: the same transactions in the same order as the replica that read them saw.
 pub trait SharedOutcomes: Send + Sync + std::fmt::Debug {
     /// What is known of block `number` with `hash`; when nothing, it is claimed for this
     /// replica to read.
     fn claim(&self, number: u64, hash: B256) -> Answer<'_, Shared>;
-    /// The block's outcomes as this replica read them, in block order; `None` gives up its
-    /// claim (the list could not be read here), so that the others read it themselves.
-    fn publish(&self, number: u64, hash: B256, outcomes: Option<Vec<bool>>) -> Answer<'_, ()>;
+    /// The block's outcomes, as this replica read them.
+    fn publish(&self, number: u64, hash: B256, outcomes: Outcomes) -> Answer<'_, ()>;
+    /// Gives up this replica's claim on the block (its list could not be read here, or not
+    /// matched to its header), so that the others read it themselves.
+    fn give_up(&self, number: u64, hash: B256) -> Answer<'_, ()>;
     /// Waits before looking again at a block another replica reads.
     fn pause(&self) -> Answer<'_, ()>;
 }
@@ -240,12 +276,8 @@ impl RecentReceipts {
             Fetch::Failed(at) if at.elapsed() < RETRY_LIST_AFTER => return None,
             _ => {}
         }
-        // Only a header that names its transactions can take or give outcomes.
-        let Some(shared) = self
-            .shared
-            .as_ref()
-            .filter(|_| walked.transactions.is_some())
-        else {
+        // Only a header that names each of its transactions once can take or give outcomes.
+        let Some(shared) = self.shared.as_ref().filter(|_| walked.order.is_some()) else {
             return Self::read_list(endpoint, number, hash, &mut fetch, &self.unsupported).await;
         };
         let mut looks = 0;
@@ -272,9 +304,12 @@ impl RecentReceipts {
             }
         };
         let receipts = Self::read_list(endpoint, number, hash, &mut fetch, &self.unsupported).await;
-        let outcomes = receipts.as_ref().and_then(|r| outcomes_of(walked, r));
-        if claimed || outcomes.is_some() {
-            shared.publish(number, walked.header.hash, outcomes).await;
+        // This replica's other checks of the block need not wait for the store.
+        drop(fetch);
+        match receipts.as_ref().and_then(|r| outcomes_of(walked, r)) {
+            Some(outcomes) => shared.publish(number, walked.header.hash, outcomes).await,
+            None if claimed => shared.give_up(number, walked.header.hash).await,
+            None => {}
         }
         receipts
     }
@@ -334,31 +369,33 @@ impl RecentReceipts {
     }
 }
 
-/// The outcomes of `walked`'s transactions in block order, from its list: if the list holds
-/// a receipt for each of them and no other.
-fn outcomes_of(walked: &Walked, receipts: &BlockReceipts) -> Option<Vec<bool>> {
-    walked.transactions.as_ref()?;
-    if receipts.len() != walked.order.len() {
+/// The outcomes of `walked`'s transactions, from its list: if its header names each
+/// transaction once and the list holds a receipt for each of them and no other.
+fn outcomes_of(walked: &Walked, receipts: &BlockReceipts) -> Option<Outcomes> {
+    let (order, digest) = walked.order.as_ref()?;
+    if receipts.len() != order.len() {
         return None;
     }
-    walked
-        .order
+    let success = order
         .iter()
         .map(|tx| receipts.get(tx).map(|receipt| receipt.success))
-        .collect()
+        .collect::<Option<_>>()?;
+    Some(Outcomes {
+        transactions: *digest,
+        success,
+    })
 }
 
 /// `walked`'s receipts from outcomes another replica read, if they are of its transactions:
-/// one each, in block order.
-fn receipts_of(walked: &Walked, outcomes: &[bool]) -> Option<BlockReceipts> {
-    let held = walked.transactions.as_ref()?;
-    if outcomes.len() != walked.order.len() || held.len() != walked.order.len() {
+/// the same ones in the same order, one outcome each.
+fn receipts_of(walked: &Walked, outcomes: &Outcomes) -> Option<BlockReceipts> {
+    let (order, digest) = walked.order.as_ref()?;
+    if outcomes.transactions != *digest || outcomes.success.len() != order.len() {
         return None;
     }
-    let receipts = walked
-        .order
+    let receipts = order
         .iter()
-        .zip(outcomes)
+        .zip(&outcomes.success)
         .map(|(&tx_hash, &success)| {
             let receipt = crate::rpc::Receipt {
                 tx_hash,
@@ -1035,17 +1072,19 @@ mod tests {
     #[derive(Debug, Clone, PartialEq)]
     enum OnBoard {
         Reading(u8),
-        Outcomes(Vec<bool>),
+        Outcomes(Outcomes),
     }
 
     /// Blocks' outcomes shared by replicas, kept in memory.
     #[derive(Debug, Default)]
     struct Board {
         blocks: Mutex<HashMap<B256, OnBoard>>,
+        /// Claims asked for, by any replica.
+        claims: std::sync::atomic::AtomicUsize,
         /// Pauses taken by replicas waiting for another's reading.
         pauses: std::sync::atomic::AtomicUsize,
         /// Published at the first pause: another replica's reading, done while one waits.
-        published_at_pause: Mutex<Option<(B256, Vec<bool>)>>,
+        published_at_pause: Mutex<Option<(B256, Outcomes)>>,
     }
 
     impl Board {
@@ -1057,6 +1096,10 @@ mod tests {
 
         fn of(&self, block: B256) -> Option<OnBoard> {
             self.blocks.lock().unwrap().get(&block).cloned()
+        }
+
+        fn claims(&self) -> usize {
+            self.claims.load(std::sync::atomic::Ordering::SeqCst)
         }
 
         fn pauses(&self) -> usize {
@@ -1074,6 +1117,9 @@ mod tests {
     impl SharedOutcomes for Replica {
         fn claim(&self, _: u64, hash: B256) -> Answer<'_, Shared> {
             Box::pin(async move {
+                self.board
+                    .claims
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let mut blocks = self.board.blocks.lock().unwrap();
                 match blocks.get(&hash) {
                     None => {
@@ -1087,18 +1133,20 @@ mod tests {
             })
         }
 
-        fn publish(&self, _: u64, hash: B256, outcomes: Option<Vec<bool>>) -> Answer<'_, ()> {
+        fn publish(&self, _: u64, hash: B256, outcomes: Outcomes) -> Answer<'_, ()> {
             Box::pin(async move {
                 let mut blocks = self.board.blocks.lock().unwrap();
-                match outcomes {
-                    Some(_) if matches!(blocks.get(&hash), Some(OnBoard::Outcomes(_))) => {}
-                    Some(outcomes) => {
-                        blocks.insert(hash, OnBoard::Outcomes(outcomes));
-                    }
-                    None if blocks.get(&hash) == Some(&OnBoard::Reading(self.id)) => {
-                        blocks.remove(&hash);
-                    }
-                    None => {}
+                if !matches!(blocks.get(&hash), Some(OnBoard::Outcomes(_))) {
+                    blocks.insert(hash, OnBoard::Outcomes(outcomes));
+                }
+            })
+        }
+
+        fn give_up(&self, _: u64, hash: B256) -> Answer<'_, ()> {
+            Box::pin(async move {
+                let mut blocks = self.board.blocks.lock().unwrap();
+                if blocks.get(&hash) == Some(&OnBoard::Reading(self.id)) {
+                    blocks.remove(&hash);
                 }
             })
         }
@@ -1125,7 +1173,7 @@ mod tests {
     }
 
     /// Head 16, ours reverted in block 9 after another sender's transfer, headers naming
-    /// their transactions: block 9's outcomes are [true, false].
+    /// their transactions.
     fn reverted_in_block_9() -> Loaded {
         Loaded {
             head: 16,
@@ -1139,6 +1187,20 @@ mod tests {
         block_hash(9).parse().unwrap()
     }
 
+    /// Outcomes of `order` (transactions' hashes in block order).
+    fn outcomes(order: &[B256], success: &[bool]) -> Outcomes {
+        Outcomes {
+            transactions: transactions_digest(order),
+            success: success.to_vec(),
+        }
+    }
+
+    /// Block 9's outcomes as its header lists them: the other sender's transfer, then ours,
+    /// reverted.
+    fn block_9_outcomes() -> Outcomes {
+        outcomes(&[tx("e9"), tx("ab")], &[true, false])
+    }
+
     #[tokio::test]
     async fn one_replica_reads_a_block_s_list_and_another_takes_its_outcomes() {
         let board = Arc::new(Board::default());
@@ -1147,7 +1209,7 @@ mod tests {
         assert_eq!(asked_for(&first, "eth_getBlockReceipts"), 1);
         assert_eq!(
             board.of(block_9()),
-            Some(OnBoard::Outcomes(vec![true, false])),
+            Some(OnBoard::Outcomes(block_9_outcomes())),
             "in block order: the other sender's, then ours"
         );
         // The other replica, through its own node: ours, as reverted, and nothing of its
@@ -1161,7 +1223,7 @@ mod tests {
     async fn a_block_another_replica_reads_is_waited_for_and_read_here_if_nothing_comes() {
         // Its outcomes come while this replica waits: taken.
         let board = Board::with(block_9(), OnBoard::Reading(1));
-        *board.published_at_pause.lock().unwrap() = Some((block_9(), vec![true, false]));
+        *board.published_at_pause.lock().unwrap() = Some((block_9(), block_9_outcomes()));
         let node = reverted_in_block_9();
         assert_ours_in_block_9_executed(check_ours(&node, &replica(&board, 2)).await, false);
         assert_eq!(board.pauses(), 1);
@@ -1174,15 +1236,26 @@ mod tests {
         assert_eq!(asked_for(&node, "eth_getBlockReceipts"), 1);
         assert_eq!(
             board.of(block_9()),
-            Some(OnBoard::Outcomes(vec![true, false]))
+            Some(OnBoard::Outcomes(block_9_outcomes()))
         );
     }
 
     #[tokio::test]
-    async fn outcomes_that_are_not_one_per_transaction_of_the_block_are_not_taken() {
-        // One outcome for block 9's two transactions: whose? The list is read here, and the
-        // outcomes on the board are left as they are (published once).
-        for wrong in [vec![true], vec![true, true, false]] {
+    async fn outcomes_of_other_transactions_or_another_order_are_not_taken() {
+        // Of block 9's two transactions listed the other way round, one of them only, or a
+        // third besides: whose outcome is whose? The list is read here, and the outcomes on
+        // the board are left as they are (published once).
+        let (theirs, ours) = (tx("e9"), tx("ab"));
+        for wrong in [
+            outcomes(&[ours, theirs], &[false, true]),
+            outcomes(&[ours], &[false]),
+            outcomes(&[theirs, ours, tx("77")], &[true, false, true]),
+            // The right transactions, one outcome short.
+            Outcomes {
+                success: vec![true],
+                ..block_9_outcomes()
+            },
+        ] {
             let board = Board::with(block_9(), OnBoard::Outcomes(wrong.clone()));
             let node = reverted_in_block_9();
             assert_ours_in_block_9_executed(check_ours(&node, &replica(&board, 2)).await, false);
@@ -1195,24 +1268,22 @@ mod tests {
     async fn a_replica_whose_node_s_list_does_not_hold_together_gives_its_claim_up() {
         let board = Arc::new(Board::default());
         let node = Loaded {
-            ours_status: "0x0",
-            ..Loaded::new(Lists::OfAnotherBlock)
-        };
-        let node = Loaded {
             head: 16,
             hashes: true,
-            ..node
+            ours_status: "0x0",
+            ..Loaded::new(Lists::OfAnotherBlock)
         };
         // Read by its own receipt, and the others are not left waiting for this replica.
         assert_ours_in_block_9_executed(check_ours(&node, &replica(&board, 1)).await, false);
         assert_eq!(asked_for(&node, "eth_getBlockReceipts"), 1);
+        assert_eq!(board.claims(), 1);
         assert_eq!(board.of(block_9()), None);
     }
 
     #[tokio::test]
     async fn a_header_without_its_transactions_neither_takes_nor_gives_outcomes() {
         // Headers without hashes: outcomes in block order cannot be matched to transactions.
-        let board = Board::with(block_9(), OnBoard::Outcomes(vec![true]));
+        let board = Board::with(block_9(), OnBoard::Outcomes(block_9_outcomes()));
         let node = Loaded::new(Lists::Served);
         assert_ours_in_block_9(check_ours(&node, &replica(&board, 2)).await);
         assert_eq!(
@@ -1220,11 +1291,48 @@ mod tests {
             2,
             "blocks 10 and 9"
         );
-        assert_eq!(board.of(block_9()), Some(OnBoard::Outcomes(vec![true])));
+        assert_eq!(board.claims(), 0, "nothing asked of the other replicas");
+        assert_eq!(board.blocks.lock().unwrap().len(), 1, "nothing published");
+    }
+
+    /// A header of block 9 listing `transactions`, and receipts of `listed` in its list.
+    fn header_and_list(transactions: &[B256], listed: &[(B256, bool)]) -> (Walked, BlockReceipts) {
+        let header = json!({
+            "number": hex(9), "hash": block_hash(9), "parentHash": block_hash(8),
+            "transactions": transactions.iter().map(B256::to_string).collect::<Vec<_>>(),
+        });
+        let receipts = listed.iter().map(|&(tx_hash, success)| {
+            let receipt = crate::rpc::Receipt {
+                tx_hash,
+                block_number: 9,
+                block_hash: block_9(),
+                success,
+            };
+            (tx_hash, receipt)
+        });
+        (Walked::of(&header).unwrap(), Arc::new(receipts.collect()))
+    }
+
+    #[test]
+    fn outcomes_are_given_and_taken_only_for_a_header_naming_each_transaction_once() {
+        let (a, b, c) = (tx("0a"), tx("0b"), tx("0c"));
+        // As listed: given in the header's order, and taken back as the same receipts.
+        let (walked, list) = header_and_list(&[b, a], &[(a, true), (b, false)]);
+        let given = outcomes_of(&walked, &list).expect("outcomes");
+        assert_eq!(given, outcomes(&[b, a], &[false, true]));
+        assert_eq!(receipts_of(&walked, &given), Some(list));
+        // A list with a receipt the header does not name, or without one it names.
+        for listed in [&[(a, true), (b, true), (c, true)][..], &[(a, true)]] {
+            let (walked, list) = header_and_list(&[a, b], listed);
+            assert_eq!(outcomes_of(&walked, &list), None, "{listed:?}");
+        }
+        // A header naming one transaction twice (a list of two would match its length):
+        // neither given nor taken.
+        let (walked, list) = header_and_list(&[a, a], &[(a, true), (b, false)]);
+        assert_eq!(outcomes_of(&walked, &list), None);
         assert_eq!(
-            board.blocks.lock().unwrap().len(),
-            1,
-            "no claim, no publish"
+            receipts_of(&walked, &outcomes(&[a, a], &[true, false])),
+            None
         );
     }
 

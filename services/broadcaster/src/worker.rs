@@ -100,7 +100,8 @@ impl Worker {
                 ),
             );
         }
-        // Replicas of this process share each block's receipt list through the store.
+        // The replicas share each block's receipt list through the store; this is this
+        // process among them, drawn at each start.
         let replica: u64 = rand::random();
         let recent_receipts = config
             .evm_chains

@@ -11,7 +11,7 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use serde_json::json;
 use sigcast_domain::{EvmAddress, EvmContractCall, EvmTransfer, Intent, OpId, Wei};
-use sigcast_evm::evidence::{Answer, Shared, SharedOutcomes};
+use sigcast_evm::evidence::{Answer, Outcomes, Shared, SharedOutcomes};
 use sigcast_evm::{Address, B256, Fees, TxParams, params_of};
 use sigcast_jsonrpc::Endpoint;
 use sigcast_proto::{intent_from_proto, new_operation, pb};
@@ -707,19 +707,45 @@ impl std::fmt::Debug for SimOutcomes {
     }
 }
 
+impl SimOutcomes {
+    /// Runs `body` on the block in a store transaction (what fails only costs the others a
+    /// read of the list).
+    async fn write(
+        &self,
+        number: u64,
+        hash: B256,
+        body: impl Fn(
+            &mut dyn sigcast_store::KvTransaction,
+            &Subspace,
+            blocks::Block<'_>,
+        ) -> sigcast_store::Result<()>,
+    ) {
+        let root = self.store.root().clone();
+        let hash = hash.to_string();
+        let block = blocks::Block {
+            chain: &self.chain,
+            number,
+            hash: &hash,
+        };
+        let _ = self.store.run(|tx| body(tx, &root, block)).await;
+    }
+}
+
 impl SharedOutcomes for SimOutcomes {
     fn claim(&self, number: u64, hash: B256) -> Answer<'_, Shared> {
         Box::pin(async move {
             let root = self.store.root().clone();
-            let (chain, hash) = (self.chain.as_str(), hash.to_string());
-            let seen = match self
-                .store
-                .read(|tx| blocks::seen(tx, &root, chain, number, &hash))
-            {
+            let hash = hash.to_string();
+            let block = blocks::Block {
+                chain: &self.chain,
+                number,
+                hash: &hash,
+            };
+            let seen = match self.store.read(|tx| blocks::seen(tx, &root, block)) {
                 Ok(Some(Seen::Reading(id))) if id == self.replica => Ok(None),
                 Ok(None) => {
                     self.store
-                        .run(|tx| blocks::claim(tx, &root, chain, number, &hash, self.replica))
+                        .run(|tx| blocks::claim(tx, &root, block, self.replica))
                         .await
                 }
                 seen => seen,
@@ -727,23 +753,25 @@ impl SharedOutcomes for SimOutcomes {
             match seen {
                 Ok(None) | Err(_) => Shared::Claimed,
                 Ok(Some(Seen::Reading(_))) => Shared::Elsewhere,
-                Ok(Some(Seen::Outcomes(outcomes))) => Shared::Known(outcomes),
+                Ok(Some(Seen::Outcomes(digest, success))) => Shared::Known(Outcomes {
+                    transactions: B256::from(digest),
+                    success,
+                }),
             }
         })
     }
 
-    fn publish(&self, number: u64, hash: B256, outcomes: Option<Vec<bool>>) -> Answer<'_, ()> {
-        Box::pin(async move {
-            let root = self.store.root().clone();
-            let (chain, hash) = (self.chain.as_str(), hash.to_string());
-            let _ = self
-                .store
-                .run(|tx| match &outcomes {
-                    Some(outcomes) => blocks::publish(tx, &root, chain, number, &hash, outcomes),
-                    None => blocks::give_up(tx, &root, chain, number, &hash, self.replica),
-                })
-                .await;
-        })
+    fn publish(&self, number: u64, hash: B256, outcomes: Outcomes) -> Answer<'_, ()> {
+        Box::pin(self.write(number, hash, move |tx, root, block| {
+            let digest = &outcomes.transactions.0;
+            blocks::publish(tx, root, block, self.replica, digest, &outcomes.success)
+        }))
+    }
+
+    fn give_up(&self, number: u64, hash: B256) -> Answer<'_, ()> {
+        Box::pin(self.write(number, hash, move |tx, root, block| {
+            blocks::give_up(tx, root, block, self.replica)
+        }))
     }
 
     fn pause(&self) -> Answer<'_, ()> {

@@ -176,13 +176,20 @@ pub(crate) fn last_activity(attempt: &pb::Attempt) -> Option<SystemTime> {
     .max()
 }
 
-/// When the attempt was last sent (its first send for records written before `last_send_time`).
+/// When the attempt's bytes last went out, at the latest: the answer to its last send, if it
+/// came after that send was recorded. A send is recorded before its bytes leave, and an
+/// account's first sends are recorded together and then leave one after another, the last of
+/// a long batch seconds after its record. (Its first send for records written before
+/// `last_send_time`.)
 pub(crate) fn last_sent(attempt: &pb::Attempt) -> Option<SystemTime> {
-    attempt
-        .last_send_time
-        .as_ref()
-        .or(attempt.send_time.as_ref())
-        .and_then(|t| SystemTime::try_from(*t).ok())
+    let time = |t: Option<&prost_types::Timestamp>| t.and_then(|t| SystemTime::try_from(*t).ok());
+    let recorded = time(
+        attempt
+            .last_send_time
+            .as_ref()
+            .or(attempt.send_time.as_ref()),
+    )?;
+    Some(time(attempt.outcome_time.as_ref()).map_or(recorded, |answered| answered.max(recorded)))
 }
 
 /// When the signer last refused to replace the attempt at the fee cap.

@@ -305,6 +305,31 @@ fn in_flight_the_same_bytes_go_out_again_when_due() {
 }
 
 #[test]
+fn the_same_bytes_go_out_again_a_period_after_they_left_not_after_their_send_was_recorded() {
+    // An account's first sends are recorded together, then go out one after another: the
+    // last of a long batch left, and was answered, 4 s after its send was recorded.
+    let mut last_of_batch = accepted(1, 0);
+    last_of_batch.outcome_time = Some(at(4).into());
+    let op = evm_op(vec![last_of_batch]);
+    let free = evm(vec![view("http://a:1", 50, Some(7), None)]);
+    assert_eq!(
+        decide(&op, &free, at(6), &rules()),
+        Action::Wait(Why::InFlight(at(10)))
+    );
+    assert_eq!(decide(&op, &free, at(10), &rules()), Action::Send(1));
+    // A resend recorded since and not answered yet (or never sent: a crash in between): a
+    // period after that record.
+    let mut resent = op.clone();
+    resent.attempts[0].last_send_time = Some(at(10).into());
+    resent.attempts[0].outcome = pb::AttemptOutcome::Pending.into();
+    assert_eq!(
+        decide(&resent, &free, at(12), &rules()),
+        Action::Wait(Why::InFlight(at(16)))
+    );
+    assert_eq!(decide(&resent, &free, at(16), &rules()), Action::Send(1));
+}
+
+#[test]
 fn a_refused_resend_is_not_followed_by_a_replacement() {
     // Attempt 1 was accepted, then a resend of the same bytes was refused for its fees (the
     // base fee rose): the bytes may still land, so neither a fee bump at once nor a gap fill.

@@ -630,9 +630,13 @@ impl Worker {
         .await;
     }
 
-    /// Sends an attempt's stored bytes to one endpoint, once; returns the endpoint and what
-    /// it answered.
-    async fn transmit(&self, op: &pb::Operation, attempt: u32) -> Option<(String, SendOutcome)> {
+    /// Sends an attempt's stored bytes to one endpoint, once; returns the endpoint, what it
+    /// answered, and when (the bytes had left by then).
+    async fn transmit(
+        &self,
+        op: &pb::Operation,
+        attempt: u32,
+    ) -> Option<(String, SendOutcome, SystemTime)> {
         let chain = self.chains.get(&op.chain)?;
         let root = self.store.root().clone();
         let id = op.op_id.clone();
@@ -651,15 +655,18 @@ impl Worker {
                 return None;
             }
         };
-        Some(chain.send(&raw).await)
+        let (endpoint, outcome) = chain.send(&raw).await;
+        Some((endpoint, outcome, self.clock.now()))
     }
 
-    /// Records what the endpoint said of an attempt: a fact, applied whatever else changed.
+    /// Records what the endpoint said of an attempt, and when: a fact, applied whatever else
+    /// changed. (An account's first sends are recorded after the last of them went out; the
+    /// next send of each is due a period after its own answer.)
     async fn record_outcome(
         &self,
         op: &pb::Operation,
         attempt: u32,
-        (endpoint, outcome): (String, SendOutcome),
+        (endpoint, outcome, answered): (String, SendOutcome, SystemTime),
         span: &tracing::Span,
     ) {
         let label = match outcome {
@@ -674,9 +681,8 @@ impl Worker {
             &metrics::metrics().attempts,
             &[("chain", op.chain.as_str()), ("outcome", label)],
         );
-        let now = self.clock.now();
         self.apply_fact(&op.op_id, move |op| {
-            record::record_outcome(op, attempt, &endpoint, &outcome, now);
+            record::record_outcome(op, attempt, &endpoint, &outcome, answered);
             true
         })
         .await;

@@ -104,6 +104,18 @@ pub fn record_held_at_fee_cap(op: &mut pb::Operation, number: u32, now: SystemTi
     true
 }
 
+/// Records when the bytes of a send of attempt `number` left, if that is after the send was
+/// recorded: a send is recorded before its bytes leave, and an account's first sends are
+/// recorded together and then leave one after another, the last of a long batch seconds after
+/// its record. The next send is due a period after the bytes left, not after the record.
+pub fn record_left(op: &mut pb::Operation, number: u32, left: SystemTime) {
+    let Some(attempt) = attempt_mut(op, number) else {
+        return;
+    };
+    let recorded = last_sent(attempt);
+    attempt.last_send_time = Some(recorded.map_or(left, |recorded| recorded.max(left)).into());
+}
+
 /// Records what `endpoint` answered to a send of attempt `number`.
 pub fn record_outcome(
     op: &mut pb::Operation,
@@ -176,20 +188,13 @@ pub(crate) fn last_activity(attempt: &pb::Attempt) -> Option<SystemTime> {
     .max()
 }
 
-/// When the attempt's bytes last went out, at the latest: the answer to its last send, if it
-/// came after that send was recorded. A send is recorded before its bytes leave, and an
-/// account's first sends are recorded together and then leave one after another, the last of
-/// a long batch seconds after its record. (Its first send for records written before
-/// `last_send_time`.)
+/// When the attempt was last sent (its first send for records written before `last_send_time`).
 pub(crate) fn last_sent(attempt: &pb::Attempt) -> Option<SystemTime> {
-    let time = |t: Option<&prost_types::Timestamp>| t.and_then(|t| SystemTime::try_from(*t).ok());
-    let recorded = time(
-        attempt
-            .last_send_time
-            .as_ref()
-            .or(attempt.send_time.as_ref()),
-    )?;
-    Some(time(attempt.outcome_time.as_ref()).map_or(recorded, |answered| answered.max(recorded)))
+    attempt
+        .last_send_time
+        .as_ref()
+        .or(attempt.send_time.as_ref())
+        .and_then(|t| SystemTime::try_from(*t).ok())
 }
 
 /// When the signer last refused to replace the attempt at the fee cap.

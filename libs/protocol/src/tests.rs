@@ -307,26 +307,29 @@ fn in_flight_the_same_bytes_go_out_again_when_due() {
 #[test]
 fn the_same_bytes_go_out_again_a_period_after_they_left_not_after_their_send_was_recorded() {
     // An account's first sends are recorded together, then go out one after another: the
-    // last of a long batch left, and was answered, 4 s after its send was recorded.
-    let mut last_of_batch = accepted(1, 0);
-    last_of_batch.outcome_time = Some(at(4).into());
-    let op = evm_op(vec![last_of_batch]);
+    // last of a long batch left 4 s after its send was recorded.
+    let mut op = evm_op(vec![accepted(1, 0)]);
+    record::record_left(&mut op, 1, at(4));
     let free = evm(vec![view("http://a:1", 50, Some(7), None)]);
     assert_eq!(
         decide(&op, &free, at(6), &rules()),
         Action::Wait(Why::InFlight(at(10)))
     );
     assert_eq!(decide(&op, &free, at(10), &rules()), Action::Send(1));
-    // A resend recorded since and not answered yet (or never sent: a crash in between): a
-    // period after that record.
-    let mut resent = op.clone();
-    resent.attempts[0].last_send_time = Some(at(10).into());
-    resent.attempts[0].outcome = pb::AttemptOutcome::Pending.into();
+    // The answer to an earlier send, recorded after a later one: the later one counts.
+    record::record_left(&mut op, 1, at(2));
     assert_eq!(
-        decide(&resent, &free, at(12), &rules()),
-        Action::Wait(Why::InFlight(at(16)))
+        decide(&op, &free, at(6), &rules()),
+        Action::Wait(Why::InFlight(at(10)))
     );
-    assert_eq!(decide(&resent, &free, at(16), &rules()), Action::Send(1));
+    // A record written before last_send_time was: from its first send, or when it left.
+    let mut older = evm_op(vec![accepted(1, 0)]);
+    older.attempts[0].last_send_time = None;
+    record::record_left(&mut older, 1, at(3));
+    assert_eq!(
+        decide(&older, &free, at(6), &rules()),
+        Action::Wait(Why::InFlight(at(9)))
+    );
 }
 
 #[test]

@@ -631,7 +631,7 @@ impl Worker {
     }
 
     /// Sends an attempt's stored bytes to one endpoint, once; returns the endpoint, what it
-    /// answered, and when (the bytes had left by then).
+    /// answered, and when the bytes left.
     async fn transmit(
         &self,
         op: &pb::Operation,
@@ -655,18 +655,18 @@ impl Worker {
                 return None;
             }
         };
+        let left = self.clock.now();
         let (endpoint, outcome) = chain.send(&raw).await;
-        Some((endpoint, outcome, self.clock.now()))
+        Some((endpoint, outcome, left))
     }
 
-    /// Records what the endpoint said of an attempt, and when: a fact, applied whatever else
-    /// changed. (An account's first sends are recorded after the last of them went out; the
-    /// next send of each is due a period after its own answer.)
+    /// Records what the endpoint said of an attempt, and when its bytes left: a fact, applied
+    /// whatever else changed.
     async fn record_outcome(
         &self,
         op: &pb::Operation,
         attempt: u32,
-        (endpoint, outcome, answered): (String, SendOutcome, SystemTime),
+        (endpoint, outcome, left): (String, SendOutcome, SystemTime),
         span: &tracing::Span,
     ) {
         let label = match outcome {
@@ -681,8 +681,10 @@ impl Worker {
             &metrics::metrics().attempts,
             &[("chain", op.chain.as_str()), ("outcome", label)],
         );
+        let now = self.clock.now();
         self.apply_fact(&op.op_id, move |op| {
-            record::record_outcome(op, attempt, &endpoint, &outcome, answered);
+            record::record_left(op, attempt, left);
+            record::record_outcome(op, attempt, &endpoint, &outcome, now);
             true
         })
         .await;

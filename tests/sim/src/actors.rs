@@ -708,6 +708,15 @@ impl std::fmt::Debug for SimOutcomes {
 }
 
 impl SimOutcomes {
+    /// This chain's block `number` with `hash`, as the store names it.
+    fn block<'a>(&'a self, number: u64, hash: &'a str) -> blocks::Block<'a> {
+        blocks::Block {
+            chain: &self.chain,
+            number,
+            hash,
+        }
+    }
+
     /// Runs `body` on the block in a store transaction (what fails only costs the others a
     /// read of the list).
     async fn write(
@@ -722,11 +731,7 @@ impl SimOutcomes {
     ) {
         let root = self.store.root().clone();
         let hash = hash.to_string();
-        let block = blocks::Block {
-            chain: &self.chain,
-            number,
-            hash: &hash,
-        };
+        let block = self.block(number, &hash);
         let _ = self.store.run(|tx| body(tx, &root, block)).await;
     }
 }
@@ -736,11 +741,7 @@ impl SharedOutcomes for SimOutcomes {
         Box::pin(async move {
             let root = self.store.root().clone();
             let hash = hash.to_string();
-            let block = blocks::Block {
-                chain: &self.chain,
-                number,
-                hash: &hash,
-            };
+            let block = self.block(number, &hash);
             let seen = match self.store.read(|tx| blocks::seen(tx, &root, block)) {
                 Ok(Some(Seen::Reading(id))) if id == self.replica => Ok(None),
                 Ok(None) => {

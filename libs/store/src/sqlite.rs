@@ -8,9 +8,10 @@
 use crate::kv::{KvRead, KvTransaction, limits};
 use crate::{Error, Result};
 use rusqlite::{Connection, OptionalExtension, params};
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Idle connections kept for reuse.
 const MAX_IDLE: usize = 8;
@@ -30,6 +31,64 @@ pub(crate) struct SqliteBackend {
 
 /// SQLite's default page size, which sigcast never changes.
 const PAGE_BYTES: u64 = 4096;
+
+/// The first pause before looking again at another process's lock, and the longest. SQLite's
+/// own busy handler pauses 1, 2, 5, 10, … then 100 ms at a time: a writer slept on for up to
+/// 100 ms after the lock was free. With 2 signers, 2 broadcasters and a gateway writing one
+/// file, their group-commit threads spent a fifth of their time asleep so (BENCHMARKS.md).
+const FIRST_LOCK_PAUSE: Duration = Duration::from_micros(50);
+const LONGEST_LOCK_PAUSE: Duration = Duration::from_millis(1);
+/// Any longer wait is taken as this one: an `Instant` a `u64` of milliseconds ahead overflows.
+const LONGEST_LOCK_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
+
+thread_local! {
+    /// Until when the statements this thread runs wait for another process's lock; `None`:
+    /// they answer busy at once. Set around each transaction by [`waiting`].
+    static LOCK_WAIT_UNTIL: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// How long to pause before the look after `looks` earlier ones, with `left` until the
+/// deadline; `None`: stop waiting.
+fn lock_pause(looks: i32, left: Duration) -> Option<Duration> {
+    if left.is_zero() {
+        return None;
+    }
+    let doublings = looks.clamp(0, 5).unsigned_abs();
+    Some(
+        FIRST_LOCK_PAUSE
+            .saturating_mul(1 << doublings)
+            .min(LONGEST_LOCK_PAUSE)
+            .min(left),
+    )
+}
+
+/// Every connection's busy handler.
+fn wait_for_lock(looks: i32) -> bool {
+    let Some(until) = LOCK_WAIT_UNTIL.get() else {
+        return false;
+    };
+    match lock_pause(looks, until.saturating_duration_since(Instant::now())) {
+        Some(pause) => {
+            std::thread::sleep(pause);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Runs `f` with this thread's statements waiting up to `wait` for another process's lock
+/// (`None`: not at all), as it was set before once `f` returns or unwinds.
+fn waiting<T>(wait: Option<Duration>, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<Instant>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            LOCK_WAIT_UNTIL.set(self.0);
+        }
+    }
+    let until = wait.map(|wait| Instant::now() + wait.min(LONGEST_LOCK_WAIT));
+    let _restore = Restore(LOCK_WAIT_UNTIL.replace(until));
+    f()
+}
 
 impl SqliteBackend {
     pub(crate) fn open(
@@ -74,11 +133,12 @@ impl SqliteBackend {
         let mut attempts = 0u64;
         loop {
             attempts += 1;
-            let opened = backend.connect().and_then(|conn| {
+            let opened = waiting(Some(busy_timeout), || {
+                let conn = backend.connect()?;
                 conn.execute_batch(
                     "CREATE TABLE IF NOT EXISTS kv (key BLOB PRIMARY KEY NOT NULL, value BLOB NOT NULL) WITHOUT ROWID;",
                 )?;
-                Ok(conn)
+                Ok::<_, Error>(conn)
             });
             match opened {
                 Ok(conn) => {
@@ -99,7 +159,7 @@ impl SqliteBackend {
             location: self.path.display().to_string(),
             reason: e.to_string(),
         })?;
-        conn.busy_timeout(self.busy_timeout)?;
+        conn.busy_handler(Some(wait_for_lock))?;
         // WAL lets readers proceed beside the writer; FULL syncs the WAL on every commit, so a
         // commit that returned survives power loss, not only a process crash.
         let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))?;
@@ -146,28 +206,26 @@ impl SqliteBackend {
         &self,
         body: &mut dyn FnMut(&mut dyn KvTransaction) -> Result<T>,
     ) -> Result<T> {
-        let conn = self.acquire()?;
-        let result = Self::in_transaction(&conn, "BEGIN IMMEDIATE", |tx| body(tx));
-        self.release(conn);
-        result
+        waiting(Some(self.busy_timeout), || {
+            let conn = self.acquire()?;
+            let result = Self::in_transaction(&conn, "BEGIN IMMEDIATE", |tx| body(tx));
+            self.release(conn);
+            result
+        })
     }
 
     /// One read-only transaction that never waits: on an idle connection (none: `None`, as
-    /// opening one is left to a blocking thread) with no busy handler, so a busy database
-    /// answers `None` at once instead of sleeping in SQLite's handler.
+    /// opening one is left to a blocking thread) and without waiting for any lock, so a busy
+    /// database answers `None` at once instead of pausing in the busy handler.
     pub(crate) fn read_now<T>(
         &self,
         body: &mut dyn FnMut(&mut dyn KvRead) -> Result<T>,
     ) -> Option<Result<T>> {
         let conn = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop()?;
-        if conn.busy_timeout(Duration::ZERO).is_err() {
-            return None;
-        }
-        let result = Self::in_transaction(&conn, "BEGIN DEFERRED", |tx| body(tx));
-        // A connection whose handler cannot be set back is not reused.
-        if conn.busy_timeout(self.busy_timeout).is_ok() {
-            self.release(conn);
-        }
+        let result = waiting(None, || {
+            Self::in_transaction(&conn, "BEGIN DEFERRED", |tx| body(tx))
+        });
+        self.release(conn);
         match result {
             Err(e) if e.is_sqlite_busy() => None,
             answered => Some(answered),
@@ -179,10 +237,12 @@ impl SqliteBackend {
         &self,
         body: &mut dyn FnMut(&mut dyn KvRead) -> Result<T>,
     ) -> Result<T> {
-        let conn = self.acquire()?;
-        let result = Self::in_transaction(&conn, "BEGIN DEFERRED", |tx| body(tx));
-        self.release(conn);
-        result
+        waiting(Some(self.busy_timeout), || {
+            let conn = self.acquire()?;
+            let result = Self::in_transaction(&conn, "BEGIN DEFERRED", |tx| body(tx));
+            self.release(conn);
+            result
+        })
     }
 
     fn in_transaction<T>(
@@ -272,5 +332,58 @@ impl KvTransaction for SqliteTx<'_> {
             .prepare_cached("DELETE FROM kv WHERE key >= ?1 AND key < ?2")?
             .execute(params![begin, end])?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_writer_looks_again_within_a_millisecond_and_never_past_its_deadline() {
+        let (us, ms) = (Duration::from_micros, Duration::from_millis);
+        let pauses: Vec<_> = (0..8).map(|looks| lock_pause(looks, ms(5_000))).collect();
+        let expected = [
+            us(50),
+            us(100),
+            us(200),
+            us(400),
+            us(800),
+            ms(1),
+            ms(1),
+            ms(1),
+        ];
+        assert_eq!(pauses, expected.map(Some));
+        assert_eq!(lock_pause(i32::MAX, ms(5_000)), Some(ms(1)));
+        assert_eq!(lock_pause(-1, ms(5_000)), Some(us(50)));
+        assert_eq!(lock_pause(4, us(30)), Some(us(30)), "cut to the deadline");
+        assert_eq!(
+            lock_pause(0, Duration::ZERO),
+            None,
+            "the deadline has passed"
+        );
+    }
+
+    #[test]
+    fn a_wait_is_set_for_its_closure_only_and_nests() {
+        assert_eq!(LOCK_WAIT_UNTIL.get(), None);
+        let (outer, inner) = waiting(Some(Duration::from_secs(5)), || {
+            let inner = waiting(None, || LOCK_WAIT_UNTIL.get());
+            (LOCK_WAIT_UNTIL.get(), inner)
+        });
+        assert!(outer.is_some());
+        assert_eq!(inner, None);
+        assert_eq!(LOCK_WAIT_UNTIL.get(), None);
+        let far = waiting(Some(Duration::MAX), || LOCK_WAIT_UNTIL.get());
+        assert!(far.is_some_and(|until| until > Instant::now() + Duration::from_secs(3600)));
+        let unwound = std::panic::catch_unwind(|| {
+            waiting(Some(Duration::from_secs(1)), || panic!("a body panics"))
+        });
+        assert!(unwound.is_err());
+        assert_eq!(
+            LOCK_WAIT_UNTIL.get(),
+            None,
+            "set back when its closure unwinds"
+        );
     }
 }

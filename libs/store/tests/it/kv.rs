@@ -173,24 +173,43 @@ fn a_busy_database_is_retried_until_the_lock_is_released() {
     if t.config.backend != Backend::Sqlite {
         return; // FoundationDB has no lock to hold; its conflicts are covered above.
     }
-    // A short busy timeout so the runner's retry loop, not SQLite's wait, bridges the lock.
+    // A short busy timeout: the runner's retry loop, not the busy handler, bridges the lock;
+    // the default: the busy handler does.
+    for (busy_timeout_ms, count) in [(20, 1), (StoreConfig::default().busy_timeout_ms, 2)] {
+        let config = StoreConfig {
+            busy_timeout_ms,
+            ..t.config.clone()
+        };
+        let store = Store::open(&config).unwrap();
+        let holder = rusqlite::Connection::open(&config.path).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let writer = std::thread::spawn(move || increment(&store));
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            !writer.is_finished(),
+            "the write waits while another process holds the lock"
+        );
+        holder.execute_batch("COMMIT").unwrap();
+        writer
+            .join()
+            .expect("the write succeeds once the lock is free");
+        assert_eq!(counter(&t.store), count);
+    }
+}
+
+#[test]
+fn a_busy_timeout_past_what_sqlite_counts_in_milliseconds_opens_and_writes() {
+    let t = test_store("long-busy");
+    if t.config.backend != Backend::Sqlite {
+        return;
+    }
+    // SQLite's own timeout is an i32 of milliseconds (24.8 days); the setting is a u64.
     let config = StoreConfig {
-        busy_timeout_ms: 20,
+        busy_timeout_ms: u64::MAX,
         ..t.config.clone()
     };
-    let store = Store::open(&config).unwrap();
-    let holder = rusqlite::Connection::open(&config.path).unwrap();
-    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let writer = std::thread::spawn(move || increment(&store));
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        !writer.is_finished(),
-        "the write waits while another process holds the lock"
-    );
-    holder.execute_batch("COMMIT").unwrap();
-    writer
-        .join()
-        .expect("the write succeeds once the lock is free");
+    let store = Store::open(&config).expect("opens with any busy timeout");
+    increment(&store);
     assert_eq!(counter(&t.store), 1);
 }
 

@@ -75,6 +75,19 @@ pub struct Report {
 impl Settings {
     /// The settings seed `seed` draws.
     pub fn draw(seed: u64) -> Self {
+        let (mut settings, mut rng) = Self::draw_up_to_two_replicas(seed);
+        // Drawn last, as the settings before them.
+        if rng.gen_bool(0.1) {
+            settings.signers = 3;
+        }
+        if rng.gen_bool(0.1) {
+            settings.broadcasters = 3;
+        }
+        settings
+    }
+
+    /// The settings as drawn before a third replica could be, and the generator after them.
+    fn draw_up_to_two_replicas(seed: u64) -> (Self, StdRng) {
         let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
         let max_reorg = rng.gen_range(0..=2);
         let mut settings = Settings {
@@ -114,17 +127,18 @@ impl Settings {
             settings.burst_ms = Some(rng.gen_range(5..200));
         }
         settings.shared_lists = rng.gen_bool(0.5);
-        settings
+        (settings, rng)
     }
 
     /// The settings seed `seed` drew when it found a defect, before first signatures were
-    /// drawn to be asked for in batches and before replicas shared receipt outcomes.
+    /// drawn to be asked for in batches, before replicas shared receipt outcomes and before a
+    /// third replica was drawn.
     pub fn as_found(seed: u64) -> Self {
         Settings {
             batch_signing: false,
             burst_ms: None,
             shared_lists: false,
-            ..Settings::draw(seed)
+            ..Self::draw_up_to_two_replicas(seed).0
         }
     }
 }

@@ -84,7 +84,8 @@ fn the_second_half_of_the_solana_seed_budget_breaks_no_invariant() {
     run_solana_seeds((1..solana_budget()).step_by(2));
 }
 
-/// Solana seeds that found a defect once; each stays here with its fix. 5: a re-sign on a
+/// Solana seeds that found a defect once; each stays here with its fix, run with the settings
+/// it draws now and with those it found the defect with (`SolanaSettings::as_found`). 5: a re-sign on a
 /// finalized nonce value read before the signing slot (an older value, not a newer), which
 /// landed beside the first attempt. 502: a re-sign decided on a record read before the
 /// client's cancel, signed and sent after it (the operation should end CANCELLED: nothing of
@@ -96,7 +97,13 @@ const SOLANA_REGRESSIONS: &[u64] = &[5, 502, 4156];
 
 #[test]
 fn solana_seeds_that_once_found_a_defect_break_nothing() {
-    run_solana_seeds(SOLANA_REGRESSIONS.iter().copied());
+    let seeds = SOLANA_REGRESSIONS.iter().copied();
+    check_seeds(seeds.clone(), |seed| {
+        sigcast_sim::solana::run(seed, SolanaSettings::draw(seed), false)
+    });
+    check_seeds(seeds, |seed| {
+        sigcast_sim::solana::run(seed, SolanaSettings::as_found(seed), false)
+    });
 }
 
 /// The first Solana seed of the budget on which `tamper` breaks an invariant, and that
@@ -212,7 +219,7 @@ fn work_listed_by_op_id_behind_another_chain_s_backlog_is_caught_within_the_budg
 #[test]
 fn the_first_slot_kept_read_before_the_statuses_is_caught_at_its_seed() {
     // Rarer than the budget: the seed that caught it in a run of 20,000.
-    let mut settings = SolanaSettings::draw(4156);
+    let mut settings = SolanaSettings::as_found(4156);
     settings.tamper = Tamper::HistoryReadFirst;
     let report = sigcast_sim::solana::run(4156, settings, false);
     let violation = report

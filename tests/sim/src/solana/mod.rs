@@ -73,9 +73,26 @@ pub struct SolanaSettings {
 impl SolanaSettings {
     /// The settings seed `seed` draws.
     pub fn draw(seed: u64) -> Self {
+        let (mut settings, mut rng) = Self::draw_up_to_two_replicas(seed);
+        // Drawn last, as the settings before them.
+        if rng.gen_bool(0.1) {
+            settings.signers = 3;
+        }
+        if rng.gen_bool(0.1) {
+            settings.broadcasters = 3;
+        }
+        settings
+    }
+
+    /// The settings seed `seed` drew when it found a defect: before a third replica was drawn.
+    pub fn as_found(seed: u64) -> Self {
+        Self::draw_up_to_two_replicas(seed).0
+    }
+
+    fn draw_up_to_two_replicas(seed: u64) -> (Self, StdRng) {
         let mut rng = StdRng::seed_from_u64(seed ^ 0x0050_1a4a);
         let accounts = rng.gen_range(1..=3);
-        Self {
+        let settings = Self {
             backend: if rng.gen_bool(0.8) {
                 Backend::Fdb
             } else {
@@ -107,7 +124,8 @@ impl SolanaSettings {
             outside_advances: rng.gen_bool(0.4),
             forks: rng.gen_bool(0.5),
             tamper: Tamper::None,
-        }
+        };
+        (settings, rng)
     }
 }
 

@@ -486,3 +486,132 @@ fn a_store_of_data_format_1_gains_its_work_index_when_opened() {
         "then the store is recorded at this format"
     );
 }
+
+/// A transaction that counts the keys written and cleared through it.
+struct Counting<'t> {
+    inner: &'t mut dyn sigcast_store::KvTransaction,
+    written: Vec<Vec<u8>>,
+    cleared: Vec<Vec<u8>>,
+}
+
+impl sigcast_store::KvRead for Counting<'_> {
+    fn get(&mut self, key: &[u8]) -> sigcast_store::Result<Option<Vec<u8>>> {
+        self.inner.get(key)
+    }
+    fn get_range(
+        &mut self,
+        begin: &[u8],
+        end: &[u8],
+        limit: usize,
+        reverse: bool,
+    ) -> sigcast_store::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.inner.get_range(begin, end, limit, reverse)
+    }
+}
+
+impl sigcast_store::KvTransaction for Counting<'_> {
+    fn set(&mut self, key: &[u8], value: &[u8]) -> sigcast_store::Result<()> {
+        self.written.push(key.to_vec());
+        self.inner.set(key, value)
+    }
+    fn clear(&mut self, key: &[u8]) -> sigcast_store::Result<()> {
+        self.cleared.push(key.to_vec());
+        self.inner.clear(key)
+    }
+    fn clear_range(&mut self, begin: &[u8], end: &[u8]) -> sigcast_store::Result<()> {
+        self.cleared.push(begin.to_vec());
+        self.inner.clear_range(begin, end)
+    }
+}
+
+/// The keys `change` wrote and cleared, applied to `op_id` in one transaction.
+fn keys_touched(
+    s: &Store,
+    op_id: &str,
+    change: impl Fn(&mut pb::Operation) -> bool,
+) -> (usize, usize) {
+    let root = s.root().clone();
+    s.run(|tx| {
+        let mut counting = Counting {
+            inner: tx,
+            written: Vec::new(),
+            cleared: Vec::new(),
+        };
+        let updated = operations::update(
+            &mut counting,
+            &root,
+            op_id,
+            operations::Guard::NotTerminal,
+            &mut |op| change(op),
+            SystemTime::now(),
+        )?;
+        assert!(updated.is_some());
+        Ok((counting.written.len(), counting.cleared.len()))
+    })
+    .unwrap()
+}
+
+#[test]
+fn an_update_writes_only_the_index_entries_it_changes() {
+    let t = test_store("index-writes");
+    let s = &t.store;
+    let mut op = operation("op-index", "0xaaaa", "fp");
+    op.caller = "spiffe://payments".into();
+    assert!(matches!(submit(s, op), SubmitOutcome::Created(_)));
+    // Every write of a record first clears the range its pieces would be in (one clear).
+    // A change that keeps the state (what a node answered, say): the record alone.
+    assert_eq!(
+        keys_touched(s, "op-index", |op| {
+            op.error = Some(pb::OperationError {
+                reason: "x".into(),
+                message: "y".into(),
+            });
+            true
+        }),
+        (1, 1)
+    );
+    // A change of state: the record, and the entries by state and in the work list, moved.
+    // The entries by account and by caller stay as they are.
+    assert_eq!(
+        keys_touched(s, "op-index", |op| {
+            op.set_state(pb::OperationState::Signed);
+            true
+        }),
+        (3, 3)
+    );
+    // Into a terminal state: the record and the entry by state; the work entry is cleared.
+    assert_eq!(
+        keys_touched(s, "op-index", |op| {
+            op.set_state(pb::OperationState::Cancelled);
+            true
+        }),
+        (2, 3)
+    );
+    // What the indexes answer: the operation in its last state, by account and by caller.
+    let root = s.root().clone();
+    let listed = |filter: ListFilter| {
+        s.read(|tx| operations::list(tx, &root, &filter, None, 10))
+            .unwrap()
+            .unwrap()
+            .operations
+            .len()
+    };
+    let state = |state| ListFilter {
+        state: Some(state),
+        ..Default::default()
+    };
+    assert_eq!(listed(state(pb::OperationState::Cancelled)), 1);
+    assert_eq!(listed(state(pb::OperationState::Signed)), 0);
+    assert_eq!(listed(state(pb::OperationState::Received)), 0);
+    let account = ListFilter {
+        chain: Some("eip155:31337".into()),
+        account: Some("0xaaaa".into()),
+        ..Default::default()
+    };
+    assert_eq!(listed(account), 1);
+    let caller = ListFilter {
+        caller: Some("spiffe://payments".into()),
+        ..Default::default()
+    };
+    assert_eq!(listed(caller), 1);
+}

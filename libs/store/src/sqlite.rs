@@ -21,8 +21,8 @@ const OPEN_DEADLINE: Duration = Duration::from_secs(30);
 
 pub(crate) struct SqliteBackend {
     path: PathBuf,
-    /// How long one statement waits for another process's lock before reporting busy; the
-    /// runner then retries the whole transaction until its own deadline.
+    /// How long one attempt of a transaction waits for another process's lock before
+    /// reporting busy; the runner then retries the whole transaction until its own deadline.
     busy_timeout: Duration,
     /// The most pages the database may hold (`max_size_mb`), if limited.
     max_pages: Option<u64>,
@@ -38,7 +38,8 @@ const PAGE_BYTES: u64 = 4096;
 /// file, their group-commit threads spent a fifth of their time asleep so (BENCHMARKS.md).
 const FIRST_LOCK_PAUSE: Duration = Duration::from_micros(50);
 const LONGEST_LOCK_PAUSE: Duration = Duration::from_millis(1);
-/// Any longer wait is taken as this one: an `Instant` a `u64` of milliseconds ahead overflows.
+/// Any longer wait is taken as this one, so that the deadline is always a valid `Instant`
+/// (`Duration::MAX` ahead is not).
 const LONGEST_LOCK_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
 
 thread_local! {
@@ -362,6 +363,29 @@ mod tests {
             None,
             "the deadline has passed"
         );
+    }
+
+    #[test]
+    fn a_write_waits_in_the_busy_handler_for_another_process_s_lock_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let write = |backend: &SqliteBackend| backend.run_once(&mut |tx| tx.set(b"k", b"v"));
+        let holder = Connection::open(&path).unwrap();
+        let waits = SqliteBackend::open(&path, Duration::from_secs(60), None).unwrap();
+        let at_once = SqliteBackend::open(&path, Duration::ZERO, None).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        // No wait: busy at once (the runner, not SQLite, would retry it).
+        let refused = write(&at_once).expect_err("the lock is held");
+        assert!(refused.is_sqlite_busy(), "{refused}");
+        // A wait: the one attempt waits in the handler and writes once the lock is free.
+        let writer = std::thread::spawn(move || write(&waits));
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!writer.is_finished(), "waits while the lock is held");
+        holder.execute_batch("COMMIT").unwrap();
+        writer
+            .join()
+            .unwrap()
+            .expect("one attempt, bridged by the handler");
     }
 
     #[test]

@@ -37,8 +37,8 @@ pub struct StoreConfig {
     /// SQLite: the database file; created with its directory if missing. Every process of
     /// one deployment must name the same file, on a local filesystem.
     pub path: PathBuf,
-    /// SQLite: how long a statement waits for another process's write lock before the
-    /// transaction is retried, in milliseconds.
+    /// SQLite: how long one attempt of a transaction waits for another process's write lock
+    /// before the transaction is retried, in milliseconds.
     pub busy_timeout_ms: u64,
     /// FoundationDB: the cluster file; FoundationDB's default location when absent.
     pub cluster_file: Option<PathBuf>,

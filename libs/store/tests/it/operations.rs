@@ -615,3 +615,55 @@ fn an_update_writes_only_the_index_entries_it_changes() {
     };
     assert_eq!(listed(caller), 1);
 }
+
+#[test]
+fn the_work_list_follows_an_operation_s_state_and_leaves_it_when_terminal() {
+    let t = test_store("work-entries");
+    let s = &t.store;
+    assert!(matches!(
+        submit(s, operation("op-work", "0xbbbb", "fp")),
+        SubmitOutcome::Created(_)
+    ));
+    let root = s.root().clone();
+    let work = |state| {
+        s.read(|tx| {
+            operations::work_of_account(tx, &root, state, "eip155:31337", "0xbbbb", None, 10)
+        })
+        .unwrap()
+        .0
+        .len()
+    };
+    let note = |op: &mut pb::Operation| {
+        op.error = Some(pb::OperationError::default());
+        true
+    };
+    keys_touched(s, "op-work", note);
+    assert_eq!(work(pb::OperationState::Received), 1);
+    // Signed at a nonce: the entry moves to the state's list, at the nonce's position.
+    keys_touched(s, "op-work", |op| {
+        op.set_state(pb::OperationState::Signed);
+        op.signing = Some(pb::operation::Signing::Evm(pb::EvmSigning { nonce: 7 }));
+        true
+    });
+    keys_touched(s, "op-work", note);
+    assert_eq!(work(pb::OperationState::Received), 0);
+    assert_eq!(work(pb::OperationState::Signed), 1);
+    keys_touched(s, "op-work", |op| {
+        op.set_state(pb::OperationState::Sent);
+        true
+    });
+    assert_eq!(work(pb::OperationState::Signed), 0);
+    assert_eq!(work(pb::OperationState::Sent), 1);
+    keys_touched(s, "op-work", |op| {
+        op.set_state(pb::OperationState::Cancelled);
+        true
+    });
+    for state in [
+        pb::OperationState::Received,
+        pb::OperationState::Signed,
+        pb::OperationState::Sent,
+        pb::OperationState::Cancelled,
+    ] {
+        assert_eq!(work(state), 0, "{state:?}");
+    }
+}

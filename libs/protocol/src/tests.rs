@@ -333,6 +333,42 @@ fn the_same_bytes_go_out_again_a_period_after_they_left_not_after_their_send_was
 }
 
 #[test]
+fn a_transaction_queued_behind_the_account_s_earlier_nonces_goes_out_again_less_often() {
+    // Sent at 0 s at nonce 7 while the account's next nonce is 5: it cannot land before 5 and
+    // 6 do, and the node keeps it with them. Sent again every period, each of a long queue
+    // went out again for nothing; it goes out again four periods after its last send, in
+    // case the node dropped it.
+    let op = evm_op(vec![accepted(1, 0)]);
+    let queued = evm(vec![view("http://a:1", 50, Some(5), None)]);
+    assert_eq!(
+        decide(&op, &queued, at(6), &rules()),
+        Action::Wait(Why::InFlight(at(24)))
+    );
+    assert_eq!(
+        decide(&op, &queued, at(23), &rules()),
+        Action::Wait(Why::InFlight(at(24)))
+    );
+    assert_eq!(decide(&op, &queued, at(24), &rules()), Action::Send(1));
+    // Next in line: at the usual period.
+    let next = evm(vec![view("http://a:1", 50, Some(7), None)]);
+    assert_eq!(decide(&op, &next, at(6), &rules()), Action::Send(1));
+    // The freshest endpoint's nonce is what counts.
+    let both = evm(vec![
+        view("http://a:1", 50, Some(5), None),
+        view("http://b:1", 51, Some(7), None),
+    ]);
+    assert_eq!(decide(&op, &both, at(6), &rules()), Action::Send(1));
+    let behind = evm(vec![
+        view("http://a:1", 51, Some(6), None),
+        view("http://b:1", 50, Some(7), None),
+    ]);
+    assert_eq!(
+        decide(&op, &behind, at(6), &rules()),
+        Action::Wait(Why::InFlight(at(24)))
+    );
+}
+
+#[test]
 fn a_refused_resend_is_not_followed_by_a_replacement() {
     // Attempt 1 was accepted, then a resend of the same bytes was refused for its fees (the
     // base fee rose): the bytes may still land, so neither a fee bump at once nor a gap fill.

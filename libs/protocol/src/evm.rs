@@ -8,7 +8,7 @@ use crate::record::{
 use crate::{Action, EvmLanded, EvmView, Replacement, Rules, Settlement, Why};
 use sigcast_domain::{AttemptReason, OperationState};
 use sigcast_proto::pb;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 /// The operation's nonce, once signed.
 pub fn nonce_of(op: &pb::Operation) -> Option<u64> {
@@ -160,18 +160,8 @@ pub(crate) fn in_flight(
             return Action::Replace(Replacement::FeeBump);
         }
     }
-    // Behind the account's earlier nonces a transaction cannot land before they do, and the
-    // node keeps it with them: sent again every period, each of a long queue went out again
-    // for nothing (the node answering "already known"). It goes out again only in case the
-    // node dropped it, a few periods on; once next in line, at the usual period.
-    if account_nonce.is_some_and(|next| next < nonce) {
-        return resend_after(target, now, rules.rebroadcast_after * QUEUED_RESEND_PERIODS);
-    }
     resend_when_due(target, now, rules)
 }
-
-/// Periods between sends of the same bytes while earlier nonces of the account wait.
-const QUEUED_RESEND_PERIODS: u32 = 4;
 
 /// The attempt that goes out again: the newest that may still land.
 fn resend_target<'a>(op: &'a pb::Operation, newest: &'a pb::Attempt) -> &'a pb::Attempt {
@@ -193,13 +183,10 @@ pub fn at_fee_cap(op: &pb::Operation, now: SystemTime, rules: &Rules) -> Action 
 
 /// The same bytes again once `rebroadcast_after` passed since the last send.
 pub(crate) fn resend_when_due(target: &pb::Attempt, now: SystemTime, rules: &Rules) -> Action {
-    resend_after(target, now, rules.rebroadcast_after)
-}
-
-/// The same bytes again once `period` passed since the last send.
-fn resend_after(target: &pb::Attempt, now: SystemTime, period: Duration) -> Action {
     match last_sent(target) {
-        Some(sent) if now < sent + period => Action::Wait(Why::InFlight(sent + period)),
+        Some(sent) if now < sent + rules.rebroadcast_after => {
+            Action::Wait(Why::InFlight(sent + rules.rebroadcast_after))
+        }
         // Due, or recorded as being sent but never sent (a crash in between).
         _ => Action::Send(target.number),
     }

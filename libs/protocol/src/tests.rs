@@ -333,39 +333,18 @@ fn the_same_bytes_go_out_again_a_period_after_they_left_not_after_their_send_was
 }
 
 #[test]
-fn a_transaction_queued_behind_the_account_s_earlier_nonces_goes_out_again_less_often() {
-    // Sent at 0 s at nonce 7 while the account's next nonce is 5: it cannot land before 5 and
-    // 6 do, and the node keeps it with them. Sent again every period, each of a long queue
-    // went out again for nothing; it goes out again four periods after its last send, in
-    // case the node dropped it.
+fn a_transaction_queued_behind_the_account_s_earlier_nonces_goes_out_again_every_period() {
+    // Sent at 0 s at nonce 7 while the account's next nonce is 5. Nodes drop transactions
+    // they accepted (anvil under load), queued ones too: sending these only every fourth
+    // period cut throughput by a third at 16 accounts, as each dropped one held its account
+    // up once it came next (BENCHMARKS.md). The same bytes go out again every period.
     let op = evm_op(vec![accepted(1, 0)]);
     let queued = evm(vec![view("http://a:1", 50, Some(5), None)]);
     assert_eq!(
-        decide(&op, &queued, at(6), &rules()),
-        Action::Wait(Why::InFlight(at(24)))
+        decide(&op, &queued, at(5), &rules()),
+        Action::Wait(Why::InFlight(at(6)))
     );
-    assert_eq!(
-        decide(&op, &queued, at(23), &rules()),
-        Action::Wait(Why::InFlight(at(24)))
-    );
-    assert_eq!(decide(&op, &queued, at(24), &rules()), Action::Send(1));
-    // Next in line: at the usual period.
-    let next = evm(vec![view("http://a:1", 50, Some(7), None)]);
-    assert_eq!(decide(&op, &next, at(6), &rules()), Action::Send(1));
-    // The freshest endpoint's nonce is what counts.
-    let both = evm(vec![
-        view("http://a:1", 50, Some(5), None),
-        view("http://b:1", 51, Some(7), None),
-    ]);
-    assert_eq!(decide(&op, &both, at(6), &rules()), Action::Send(1));
-    let behind = evm(vec![
-        view("http://a:1", 51, Some(6), None),
-        view("http://b:1", 50, Some(7), None),
-    ]);
-    assert_eq!(
-        decide(&op, &behind, at(6), &rules()),
-        Action::Wait(Why::InFlight(at(24)))
-    );
+    assert_eq!(decide(&op, &queued, at(6), &rules()), Action::Send(1));
 }
 
 #[test]

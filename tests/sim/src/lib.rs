@@ -76,13 +76,7 @@ impl Settings {
     /// The settings seed `seed` draws.
     pub fn draw(seed: u64) -> Self {
         let (mut settings, mut rng) = Self::draw_up_to_two_replicas(seed);
-        // Drawn last, as the settings before them.
-        if rng.gen_bool(0.1) {
-            settings.signers = 3;
-        }
-        if rng.gen_bool(0.1) {
-            settings.broadcasters = 3;
-        }
+        draw_third_replicas(&mut rng, &mut settings.signers, &mut settings.broadcasters);
         settings
     }
 
@@ -252,6 +246,17 @@ impl Report {
             blocks,
             retries: world.store.retries(),
         }
+    }
+}
+
+/// A third signer, and a third broadcaster, each in one seed of ten: drawn after every other
+/// setting, so that those stay as they were drawn before, seed for seed.
+pub(crate) fn draw_third_replicas(rng: &mut StdRng, signers: &mut usize, broadcasters: &mut usize) {
+    if rng.gen_bool(0.1) {
+        *signers = 3;
+    }
+    if rng.gen_bool(0.1) {
+        *broadcasters = 3;
     }
 }
 

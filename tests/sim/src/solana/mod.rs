@@ -74,13 +74,7 @@ impl SolanaSettings {
     /// The settings seed `seed` draws.
     pub fn draw(seed: u64) -> Self {
         let (mut settings, mut rng) = Self::draw_up_to_two_replicas(seed);
-        // Drawn last, as the settings before them.
-        if rng.gen_bool(0.1) {
-            settings.signers = 3;
-        }
-        if rng.gen_bool(0.1) {
-            settings.broadcasters = 3;
-        }
+        crate::draw_third_replicas(&mut rng, &mut settings.signers, &mut settings.broadcasters);
         settings
     }
 

@@ -130,7 +130,7 @@ pub fn put(
     }
     // An entry the change leaves as it was is neither cleared nor written again: most changes
     // keep an operation's state, and none changes its account or caller. Clearing and writing
-    // them anyway was four of a SQLite update's nine writes to the B-tree, each a page of WAL.
+    // them anyway was eight of such an update's ten writes to the B-tree.
     for old in &old_entries {
         if !new_entries.contains(old) {
             tx.clear(old)?;

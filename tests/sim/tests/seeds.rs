@@ -85,14 +85,14 @@ fn the_second_half_of_the_solana_seed_budget_breaks_no_invariant() {
 }
 
 /// Solana seeds that found a defect once; each stays here with its fix, run with the settings
-/// it draws now and with those it found the defect with (`SolanaSettings::as_found`). 5: a re-sign on a
-/// finalized nonce value read before the signing slot (an older value, not a newer), which
-/// landed beside the first attempt. 502: a re-sign decided on a record read before the
-/// client's cancel, signed and sent after it (the operation should end CANCELLED: nothing of
-/// it could land any more). 4156: an endpoint pruned its history between the read of the first
-/// slot it keeps and the read of the statuses: a landed transfer's status was gone, and the
-/// operation was CANCELLED with its transfer on chain (seed 692 found it first, in a version of
-/// the simulation whose pruning could go back; see the test below).
+/// it draws now and with those it found the defect with (`SolanaSettings::as_found`). 5: a
+/// re-sign on a finalized nonce value read before the signing slot (an older value, not a
+/// newer), which landed beside the first attempt. 502: a re-sign decided on a record read
+/// before the client's cancel, signed and sent after it (the operation should end CANCELLED:
+/// nothing of it could land any more). 4156: an endpoint pruned its history between the read
+/// of the first slot it keeps and the read of the statuses: a landed transfer's status was
+/// gone, and the operation was CANCELLED with its transfer on chain (seed 692 found it first,
+/// in a version of the simulation whose pruning could go back; see the test below).
 const SOLANA_REGRESSIONS: &[u64] = &[5, 502, 4156];
 
 #[test]

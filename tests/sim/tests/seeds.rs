@@ -97,11 +97,8 @@ const SOLANA_REGRESSIONS: &[u64] = &[5, 502, 4156];
 
 #[test]
 fn solana_seeds_that_once_found_a_defect_break_nothing() {
-    let seeds = SOLANA_REGRESSIONS.iter().copied();
-    check_seeds(seeds.clone(), |seed| {
-        sigcast_sim::solana::run(seed, SolanaSettings::draw(seed), false)
-    });
-    check_seeds(seeds, |seed| {
+    run_solana_seeds(SOLANA_REGRESSIONS.iter().copied());
+    check_seeds(SOLANA_REGRESSIONS.iter().copied(), |seed| {
         sigcast_sim::solana::run(seed, SolanaSettings::as_found(seed), false)
     });
 }

@@ -61,8 +61,19 @@ async fn fund_and_submit(
         node.airdrop(key_bytes(account), 10 * SOL);
         node.airdrop(key_bytes(&recipient(i)), SOL);
     }
+    submit_numbered(stack, prefix, 0..count).await
+}
+
+/// Submits transfers numbered `numbers`, round robin over the stack's keys, each to its key's
+/// recipient: operation `{prefix}-{i}` sends `1,000 + i` lamports. Returns them as planned
+/// for [`assert_exactly_once_on_solana`].
+async fn submit_numbered(
+    stack: &Stack,
+    prefix: &str,
+    numbers: std::ops::Range<usize>,
+) -> Vec<(String, usize, u64)> {
     let keys = stack.solana_accounts.len();
-    let planned: Vec<(String, usize, u64)> = (0..count)
+    let planned: Vec<(String, usize, u64)> = numbers
         .map(|i| (format!("{prefix}-{i:04}"), i % keys, 1_000 + i as u64))
         .collect();
     let client = stack.client().await;
@@ -160,7 +171,7 @@ async fn five_hundred_sol_transfers_through_a_faulty_proxy_land_exactly_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn kill_nine_of_signer_and_broadcaster_during_fifteen_hundred_sol_transfers() {
+async fn kill_nine_of_signer_and_broadcaster_during_sol_transfers_loses_and_duplicates_nothing() {
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x0c0ffee);
     let node = SolanaNode::start(Duration::from_millis(50)).await;
@@ -171,19 +182,18 @@ async fn kill_nine_of_signer_and_broadcaster_during_fifteen_hundred_sol_transfer
         ..Default::default()
     })
     .await;
-    // Enough work that ten kills land while some of it is unfinished, however fast the
-    // machine: the stack once finished 300 before the tenth, and 600 before the ninth once
-    // Ed25519 was built optimized.
-    let planned = fund_and_submit(&node, &stack, "killed-sol", 1_500).await;
-    let mut kills = 0;
-    while kills < 20 {
+    let mut planned = fund_and_submit(&node, &stack, "killed-sol", 1_500).await;
+    for _kill in 0..12 {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(20..200))).await;
         // Only while operations are unfinished (to be signed, sent or settled): a kill of an
-        // idle stack proves nothing.
+        // idle stack proves nothing. However fast the machine, the work does not run out
+        // before the kills: once the stack has finished it, the next 300 transfers come (it
+        // once finished 1,500 before the tenth kill).
         if crate::evm::unfinished(&stack).await == 0 {
-            break;
+            let next = planned.len();
+            planned.extend(submit_numbered(&stack, "killed-sol", next..next + 300).await);
+            assert!(crate::evm::unfinished(&stack).await > 0);
         }
-        kills += 1;
         let service = if rng.gen_bool(0.5) {
             &mut stack.signers[0]
         } else {
@@ -193,7 +203,7 @@ async fn kill_nine_of_signer_and_broadcaster_during_fifteen_hundred_sol_transfer
         tokio::time::sleep(Duration::from_millis(rng.gen_range(0..300))).await;
         service.restart().await;
     }
-    assert!(kills >= 10, "only {kills} kills landed with work in flight");
+    println!("{} transfers submitted around 12 kills", planned.len());
     assert_exactly_once_on_solana(&node, &stack, &planned, Duration::from_secs(600)).await;
 }
 

@@ -134,7 +134,8 @@ impl Reloading {
     pub fn incoming(
         self,
         listener: TcpListener,
-    ) -> impl Stream<Item = Result<TlsStream<TcpStream>, std::io::Error>> {
+    ) -> impl Stream<Item = Result<crate::accept::OneWrite<TlsStream<TcpStream>>, std::io::Error>>
+    {
         let (sender, receiver) = tokio::sync::mpsc::channel(64);
         tokio::spawn(async move {
             let mut backoff = crate::accept::Backoff::default();
@@ -151,7 +152,7 @@ impl Reloading {
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                         Ok(Ok(stream)) => {
-                            let _ = sender.send(Ok(stream)).await;
+                            let _ = sender.send(Ok(crate::accept::OneWrite(stream))).await;
                         }
                         Ok(Err(error)) => {
                             tracing::info!(%peer, %error, "TLS handshake refused")

@@ -1108,7 +1108,8 @@ async fn run(args: Args) -> Result<(), String> {
         .await
         .unwrap();
     let mut health_client = tonic_health::pb::health_client::HealthClient::new(channel);
-    for (i, id) in ids.iter().enumerate().take(args.replays) {
+    // Past the run's operations, the same ones again: each is still a replay.
+    for (i, id) in ids.iter().enumerate().cycle().take(args.replays) {
         let t = Instant::now();
         let replayed = client
             .clone()

@@ -410,6 +410,46 @@ fn check_conventions(spans: &[Value], op_id: &str) {
 
 /// GET /metrics from `addr`, parsed by the reference parser: sample → value.
 /// A service's /metrics text.
+/// The spans of calls (gRPC, JSON-RPC) are for traces: a log line inside one names its
+/// operation through the line itself or the operation's span, without the call's dozen
+/// convention attributes before it (`rpc{…}`, `jsonrpc{…}`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn log_lines_name_their_operation_without_the_attributes_of_call_spans() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let mut client = stack.client().await;
+    client
+        .submit_operation(transfer("logged-1", DEV[0], &recipient(7), 1_234))
+        .await
+        .unwrap();
+    let done = wait_terminal(&stack, &["logged-1".into()], Duration::from_secs(60)).await;
+    assert_eq!(
+        done["logged-1"].state(),
+        pb::OperationState::Confirmed,
+        "{:?}",
+        done["logged-1"]
+    );
+    for service in stack
+        .signers
+        .iter()
+        .chain(&stack.broadcasters)
+        .chain([&stack.gateway])
+    {
+        let log = service.log();
+        assert!(
+            log.lines().any(|l| l.contains("sigcast.op_id=logged-1")),
+            "{} logged nothing naming the operation:\n{log}",
+            service.binary
+        );
+        for line in log.lines() {
+            assert!(
+                !line.contains("rpc{"),
+                "{}: a call span's attributes in a log line: {line}",
+                service.binary
+            );
+        }
+    }
+}
+
 async fn metrics_text(addr: std::net::SocketAddr) -> String {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream

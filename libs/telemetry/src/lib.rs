@@ -122,6 +122,16 @@ impl Telemetry {
     }
 }
 
+/// Whether `meta` is the span of one gRPC or JSON-RPC call ([`trace::grpc_span`],
+/// [`trace::jsonrpc_span`]). Those exist for traces; log lines leave them out. Their dozen
+/// attributes by OpenTelemetry's conventions would repeat, before every line inside a call, what
+/// the line and its operation's span already say, and formatting them for each call was a third
+/// of what answering a replayed submit cost the gateway. Without an OTLP endpoint no layer
+/// wants them, and they are not made at all.
+fn is_call_span(meta: &tracing::Metadata<'_>) -> bool {
+    meta.is_span() && matches!(meta.name(), "rpc" | "jsonrpc")
+}
+
 /// Installs the process-wide subscriber for `service` (its OTLP `service.name`): log lines to
 /// stderr, and spans to the OTLP endpoint when one is configured. Must run inside the tokio
 /// runtime. Calling it twice keeps the first subscriber.
@@ -131,7 +141,11 @@ pub fn init(
     tracing: &TracingConfig,
 ) -> Result<Telemetry, Error> {
     use tracing_subscriber::Layer;
+    use tracing_subscriber::filter::FilterExt;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&log.filter));
+    let filter = filter.and(tracing_subscriber::filter::filter_fn(|meta| {
+        !is_call_span(meta)
+    }));
     let logs = match log.format {
         // Colours only on a terminal: in a file, a pipe or a container's log they are escape
         // codes between every field name and its value, which no grep or log search matches.

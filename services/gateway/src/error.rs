@@ -154,17 +154,31 @@ impl From<Error> for Status {
                     ErrorDetails::with_precondition_failure_violation("STATE", op_id, state);
                 Status::with_error_details(Code::FailedPrecondition, message, details)
             }
-            Error::Store(store_error) => store_status(store_error),
+            Error::Store(store_error) => store_status(store_error, None),
         }
     }
 }
 
-fn store_status(error: sigcast_store::Error) -> Status {
+impl Error {
+    /// The caller's status for this error of a call about `op_id`. A store failure is logged
+    /// naming the operation: log lines do not carry the call's span (`sigcast_telemetry::init`).
+    pub(crate) fn status_for(self, op_id: &str) -> Status {
+        match self {
+            Error::Store(store_error) => store_status(store_error, Some(op_id)),
+            other => other.into(),
+        }
+    }
+}
+
+/// The status for a store failure, logged with the operation of the call (`-` for a call
+/// about none, a list).
+fn store_status(error: sigcast_store::Error, op_id: Option<&str>) -> Status {
     use sigcast_store::Error as E;
+    let op_id = op_id.unwrap_or("-");
     match &error {
         // Data this version cannot read is not something a retry fixes.
         E::Corrupt { .. } => {
-            tracing::error!(%error, "store holds an unreadable record");
+            tracing::error!(sigcast.op_id = %op_id, %error, "store holds an unreadable record");
             Status::internal(format!(
                 "the store holds a record this version cannot read: {error}"
             ))
@@ -181,7 +195,7 @@ fn store_status(error: sigcast_store::Error) -> Status {
             )
         }
         _ => {
-            tracing::warn!(%error, "store unavailable");
+            tracing::warn!(sigcast.op_id = %op_id, %error, "store unavailable");
             Status::unavailable(format!(
                 "the store is unavailable ({error}); retry with the same op_id: either nothing was \
                  accepted, or the accept is durable and the retry replays it"

@@ -522,7 +522,8 @@ impl OperationService for Gateway {
         &self,
         request: Request<pb::SubmitOperationRequest>,
     ) -> Result<Response<pb::SubmitOperationResponse>, Status> {
-        let span = operation_span("SubmitOperation", &request.get_ref().op_id);
+        let op_id = request.get_ref().op_id.clone();
+        let span = operation_span("SubmitOperation", &op_id);
         traced(span, RpcSide::Server, async {
             let caller = self.caller_of(&request);
             let result = self.submit(caller, request.into_inner()).await;
@@ -539,7 +540,7 @@ impl OperationService for Gateway {
             if outcome == "created" {
                 metrics::inc(&metrics::metrics().transitions, &[("state", "RECEIVED")]);
             }
-            Ok(Response::new(result?))
+            Ok(Response::new(result.map_err(|e| e.status_for(&op_id))?))
         })
         .await
     }
@@ -551,7 +552,11 @@ impl OperationService for Gateway {
         let span = operation_span("GetOperation", &request.get_ref().op_id);
         traced(span, RpcSide::Server, async {
             let caller = self.caller_of(&request);
-            let operation = self.get(&caller, &request.get_ref().op_id).await?;
+            let op_id = &request.get_ref().op_id;
+            let operation = self
+                .get(&caller, op_id)
+                .await
+                .map_err(|e| e.status_for(op_id))?;
             Ok(Response::new(pb::GetOperationResponse {
                 operation: Some(operation),
             }))
@@ -569,7 +574,11 @@ impl OperationService for Gateway {
         let span = operation_span("WatchOperation", &request.get_ref().op_id);
         traced(span, RpcSide::Server, async {
             let caller = self.caller_of(&request);
-            let first = self.get(&caller, &request.get_ref().op_id).await?;
+            let op_id = &request.get_ref().op_id;
+            let first = self
+                .get(&caller, op_id)
+                .await
+                .map_err(|e| e.status_for(op_id))?;
             let permit = self.watches.open(&caller)?;
             let (sender, receiver) = tokio::sync::mpsc::channel(4);
             let gateway = self.clone();
@@ -602,7 +611,11 @@ impl OperationService for Gateway {
         let span = operation_span("CancelOperation", &request.get_ref().op_id);
         traced(span, RpcSide::Server, async {
             let caller = self.caller_of(&request);
-            let operation = self.cancel(&caller, &request.get_ref().op_id).await?;
+            let op_id = &request.get_ref().op_id;
+            let operation = self
+                .cancel(&caller, op_id)
+                .await
+                .map_err(|e| e.status_for(op_id))?;
             if operation.state() == pb::OperationState::Cancelled {
                 metrics::inc(&metrics::metrics().transitions, &[("state", "CANCELLED")]);
             }

@@ -44,7 +44,7 @@ impl api::operator_service_server::OperatorService for Gateway {
                     Ok((exists, accounts::audit_records(tx, &root, &id)?))
                 })
                 .await
-                .map_err(Error::from)?;
+                .map_err(|e| Error::from(e).status_for(&op_id))?;
             if !exists {
                 return Err(Error::NotFound(op_id).into());
             }

@@ -408,8 +408,6 @@ fn check_conventions(spans: &[Value], op_id: &str) {
     }
 }
 
-/// GET /metrics from `addr`, parsed by the reference parser: sample → value.
-/// A service's /metrics text.
 /// The spans of calls (gRPC, JSON-RPC) are for traces: a log line inside one names its
 /// operation through the line itself or the operation's span, without the call's dozen
 /// convention attributes before it (`rpc{…}`, `jsonrpc{…}`).
@@ -450,6 +448,8 @@ async fn log_lines_name_their_operation_without_the_attributes_of_call_spans() {
     }
 }
 
+/// GET /metrics from `addr`, parsed by the reference parser: sample → value.
+/// A service's /metrics text.
 async fn metrics_text(addr: std::net::SocketAddr) -> String {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream

@@ -143,9 +143,12 @@ pub fn init(
     use tracing_subscriber::Layer;
     use tracing_subscriber::filter::FilterExt;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&log.filter));
-    let filter = filter.and(tracing_subscriber::filter::filter_fn(|meta| {
-        !is_call_span(meta)
-    }));
+    // The filter only ever refuses: its hint is TRACE, so that the pair keeps the level
+    // filter's hint (without one the process's maximum level would be TRACE, and every
+    // disabled `debug!` in h2 or hyper would ask the subscriber).
+    let calls = tracing_subscriber::filter::filter_fn(|meta| !is_call_span(meta))
+        .with_max_level_hint(tracing::level_filters::LevelFilter::TRACE);
+    let filter = filter.and(calls);
     let logs = match log.format {
         // Colours only on a terminal: in a file, a pipe or a container's log they are escape
         // codes between every field name and its value, which no grep or log search matches.

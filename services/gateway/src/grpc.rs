@@ -693,7 +693,7 @@ impl Gateway {
                     }
                     Ok(_) => {}
                     Err(error) => {
-                        let _ = sender.send(Err(error.into())).await;
+                        let _ = sender.send(Err(error.status_for(&op.op_id))).await;
                         return;
                     }
                 }

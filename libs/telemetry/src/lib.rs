@@ -126,8 +126,8 @@ impl Telemetry {
 /// [`trace::jsonrpc_span`]). Those exist for traces; log lines leave them out. Their dozen
 /// attributes by OpenTelemetry's conventions would repeat, before every line inside a call, what
 /// the line and its operation's span already say, and formatting them for each call was a third
-/// of what answering a replayed submit cost the gateway. Without an OTLP endpoint no layer
-/// wants them, and they are not made at all.
+/// of the gateway's replay handler (16 µs called in-process, 10 without them). Without an OTLP
+/// endpoint no layer wants them, and they are not made at all.
 fn is_call_span(meta: &tracing::Metadata<'_>) -> bool {
     meta.is_span() && matches!(meta.name(), "rpc" | "jsonrpc")
 }

@@ -42,6 +42,10 @@ step "cargo deny: bans, licenses, sources (deny.toml)"
 # Built once per machine (a few minutes), then found in ~/.cargo/bin. Offline: the advisory
 # database lives on GitHub, out of reach here; bans, licenses and sources need only the lock file.
 cargo deny --version 2>/dev/null | grep -q ' 0.20.2' || cargo install --locked cargo-deny --version 0.20.2
+# Its `cargo metadata` reads the manifest of every package in the lock file, other platforms'
+# too (windows-sys, android_system_properties), which no build here downloads: fetched first,
+# or a machine whose cache holds only what it built fails this step.
+cargo fetch --locked
 cargo deny --offline --locked check bans licenses sources
 
 step "cargo check with the FoundationDB backend"

@@ -408,6 +408,47 @@ fn check_conventions(spans: &[Value], op_id: &str) {
     }
 }
 
+/// G7 in the signer, whose calls' spans are left out of log lines: a line made deep inside a
+/// signature (here the JSON-RPC pool's, when the node is unreachable while the signer reads
+/// the account's nonce and fees) names the operation it was made for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_signer_line_made_inside_a_signature_names_its_operation() {
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        signer_proxy: true,
+        signer_env: vec![("RUST_LOG".into(), "info,sigcast_jsonrpc=debug".into())],
+        ..Default::default()
+    })
+    .await;
+    let proxy = stack.signer_proxy.as_ref().unwrap();
+    proxy.set_down(true);
+    let mut client = stack.client().await;
+    client
+        .submit_operation(transfer("deep-1", DEV[0], &recipient(8), 1_234))
+        .await
+        .unwrap();
+    let signer = &stack.signers[0];
+    let failed_read = |line: &str| line.contains("read failed") && !line.contains("eth_chainId");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !signer.log().lines().any(failed_read) {
+        assert!(
+            Instant::now() < deadline,
+            "the signer read nothing while its node was down:\n{}",
+            signer.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    proxy.set_down(false);
+    let done = wait_terminal(&stack, &["deep-1".into()], Duration::from_secs(60)).await;
+    assert_eq!(done["deep-1"].state(), pb::OperationState::Confirmed);
+    for line in signer.log().lines().filter(|l| failed_read(l)) {
+        assert!(
+            line.contains("sigcast.op_id=deep-1"),
+            "a line made while signing deep-1 does not name it: {line}"
+        );
+    }
+}
+
 /// The spans of calls (gRPC, JSON-RPC) are for traces: a log line inside one names its
 /// operation through the line itself or the operation's span, without the call's dozen
 /// convention attributes before it (`rpc{…}`, `jsonrpc{…}`).

@@ -127,20 +127,26 @@ impl api::signer_service_server::SignerService for Signer {
             .filter(|(_, (_, request, _))| is_initial(request.purpose))
             .map(|(index, _)| index)
             .collect();
+        // What each operation's signing does, in a span under its call's span.
+        let work: Vec<tracing::Span> = items
+            .iter()
+            .zip(&spans)
+            .map(|((op_id, _, _), span)| trace::work_span(span, "Sign", op_id))
+            .collect();
         let asked: Vec<(String, tracing::Span)> = initial
             .iter()
-            .map(|&index| (items[index].0.clone(), spans[index].clone()))
+            .map(|&index| (items[index].0.clone(), work[index].clone()))
             .collect();
         let others = futures::future::join_all(
             items
                 .iter()
-                .zip(&spans)
+                .zip(&work)
                 .enumerate()
                 .filter(|(_, ((_, request, _), _))| !is_initial(request.purpose))
-                .map(|(index, ((op_id, request, _), span))| {
+                .map(|(index, ((op_id, request, _), work))| {
                     let caller = &caller;
                     let sign = self.sign_request(op_id, request, caller);
-                    async move { (index, sign.instrument(span.clone()).await) }
+                    async move { (index, sign.instrument(work.clone()).await) }
                 }),
         );
         let (batch, others) = tokio::join!(self.sign_batch(&asked, &caller), others);
@@ -222,7 +228,10 @@ impl Signer {
         caller: &str,
         purpose: &'static str,
     ) -> Result<Response<api::SignOperationResponse>, Status> {
-        let result = self.sign_request(op_id, request, caller).await;
+        let result = self
+            .sign_request(op_id, request, caller)
+            .instrument(trace::work_span(span, "Sign", op_id))
+            .await;
         count(span, purpose, &result);
         let signed = result?;
         Ok(Response::new(api::SignOperationResponse {

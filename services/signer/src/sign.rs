@@ -687,11 +687,12 @@ impl Signer {
                     .zip(signed.into_iter().map(Ok))
                     .collect();
             }
+            // About the whole batch, outside any one operation's span: the line names them all.
             Ok(Err(refusal)) => {
-                tracing::debug!(%refusal, "an operation of the batch was refused: signing each alone")
+                tracing::debug!(sigcast.op_ids = ?op_ids(&requests), %refusal, "an operation of the batch was refused: signing each alone")
             }
             Err(error) => {
-                tracing::warn!(%error, operations = indexes.len(), "the batch did not commit: signing each alone")
+                tracing::warn!(sigcast.op_ids = ?op_ids(&requests), %error, "the batch did not commit: signing each alone")
             }
         }
         let mut results = Vec::with_capacity(indexes.len());
@@ -798,6 +799,11 @@ enum Prepared {
 /// retry rather than a panic.
 fn lost() -> sigcast_store::Error {
     sigcast_store::Error::Task("an operation of the batch was left without an answer".into())
+}
+
+/// The operations of a batch, for a line about all of them.
+fn op_ids(requests: &[Arc<InitialEvm>]) -> Vec<&str> {
+    requests.iter().map(|r| r.op_id.as_str()).collect()
 }
 
 /// Everything the first signature of an EVM operation needs, read before its transaction.

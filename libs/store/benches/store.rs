@@ -90,6 +90,22 @@ fn allocate_submit_and_replay(c: &mut Criterion, label: &str, store: &Store) {
                 .expect("stored")
         })
     });
+    // The same lookup as the gateway answers a replay: on the calling thread, without BEGIN
+    // and COMMIT when the record is one value.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    c.bench_function(&format!("replay_point_read/{label}"), |b| {
+        b.iter(|| {
+            let root = root.clone();
+            runtime
+                .block_on(
+                    store.read_point(move |tx| operations::get(tx, &root, black_box("replayed"))),
+                )
+                .unwrap()
+                .expect("stored")
+        })
+    });
 }
 
 fn benches(c: &mut Criterion) {

@@ -499,3 +499,42 @@ fn a_point_read_answers_from_the_committed_state_while_a_writer_holds_its_transa
         None
     );
 }
+
+#[test]
+fn a_point_read_that_reads_twice_sees_one_snapshot_while_writers_commit_between_its_reads() {
+    let t = test_store("point-read-twice");
+    let store = t.store.clone();
+    let (a, b) = (
+        store.root().pack(&("k", "a")),
+        store.root().pack(&("k", "b")),
+    );
+    let write_both = {
+        let (store, a, b) = (store.clone(), a.clone(), b.clone());
+        move |n: u64| {
+            store
+                .run(|tx| {
+                    tx.set(&a, &n.to_be_bytes())?;
+                    tx.set(&b, &n.to_be_bytes())
+                })
+                .unwrap()
+        }
+    };
+    write_both(0);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    // Between its two reads the body has another writer commit both keys: however often it
+    // runs, what it answers must come from one state (a == b).
+    let mut written = 0;
+    let (first, second) = runtime
+        .block_on(store.read_point(move |tx| {
+            let first = tx.get(&a)?;
+            written += 1;
+            write_both(written);
+            let second = tx.get(&b)?;
+            Ok((first, second))
+        }))
+        .unwrap();
+    assert!(first.is_some());
+    assert_eq!(first, second, "the two reads of one body saw two states");
+}

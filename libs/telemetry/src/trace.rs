@@ -121,14 +121,14 @@ pub fn grpc_span(
     op_id: &str,
     server: Option<(&str, Option<u16>)>,
 ) -> tracing::Span {
-    let name = format!("{service}/{method}");
     let kind = match side {
         RpcSide::Server => "server",
         RpcSide::Client => "client",
     };
     let span = tracing::info_span!(
         "rpc",
-        otel.name = %name,
+        // Formatted only when the span is made (not at all without an OTLP endpoint).
+        otel.name = %format_args!("{service}/{method}"),
         otel.kind = kind,
         otel.status_code = tracing::field::Empty,
         otel.status_description = tracing::field::Empty,

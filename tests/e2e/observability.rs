@@ -449,6 +449,48 @@ async fn a_signer_line_made_inside_a_signature_names_its_operation() {
     }
 }
 
+/// G7 for a store failure the gateway answers: the line it logs names the operation of the
+/// call (the call's span, which also does, is left out of log lines).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_store_failure_under_a_call_is_logged_with_the_call_s_operation() {
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        ..Default::default()
+    })
+    .await;
+    let mut client = stack.client().await;
+    client
+        .submit_operation(transfer("unreadable-1", DEV[0], &recipient(9), 1_234))
+        .await
+        .unwrap();
+    let done = wait_terminal(&stack, &["unreadable-1".into()], Duration::from_secs(60)).await;
+    assert_eq!(done["unreadable-1"].state(), pb::OperationState::Confirmed);
+    // Another process overwrites the record with bytes that are no operation.
+    let store = sigcast_store::Store::open(&sigcast_store::StoreConfig::sqlite(
+        stack.dir.path().join("sigcast.db"),
+    ))
+    .unwrap();
+    let key = store.root().pack(&("op", "unreadable-1"));
+    assert!(
+        store.read(|tx| tx.get(&key)).unwrap().is_some(),
+        "the record's key"
+    );
+    store.run(|tx| tx.set(&key, b"\xff\xff\xff")).unwrap();
+    let refused = client
+        .get_operation(pb::GetOperationRequest {
+            op_id: "unreadable-1".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Internal, "{refused:?}");
+    let log = stack.gateway.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("store holds an unreadable record"))
+        .unwrap_or_else(|| panic!("no line about the unreadable record:\n{log}"));
+    assert!(line.contains("sigcast.op_id=unreadable-1"), "{line}");
+}
+
 /// The spans of calls (gRPC, JSON-RPC) are for traces: a log line inside one names its
 /// operation through the line itself or the operation's span, without the call's dozen
 /// convention attributes before it (`rpc{…}`, `jsonrpc{…}`).

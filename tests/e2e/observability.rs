@@ -394,6 +394,23 @@ fn check_conventions(spans: &[Value], op_id: &str) {
             show()
         );
     }
+    // The signer's work on the operation hangs under its server span.
+    let servers: BTreeSet<&str> = named(
+        "sigcast.signer.v1.SignerService/SignOperations",
+        "SPAN_KIND_SERVER",
+    )
+    .iter()
+    .map(|s| s["span_id"].as_str().unwrap())
+    .collect();
+    let signatures = named("Signature", "SPAN_KIND_INTERNAL");
+    assert!(!signatures.is_empty(), "no Signature span: {}", show());
+    for signature in signatures {
+        assert!(
+            servers.contains(signature["parent_span_id"].as_str().unwrap()),
+            "the signer's Signature span is not under its call: {}",
+            show()
+        );
+    }
     // Sends and receipts are read by the broadcaster for this operation, under its stages.
     let internal: BTreeSet<&str> = trace
         .iter()

@@ -285,7 +285,10 @@ impl Store {
             .await
             .map_err(|e| Error::Task(e.to_string()))?;
         let store = self.clone();
-        tokio::task::spawn_blocking(move || store.run(body))
+        // The caller's span goes along (a blocking thread starts in none), so that what the
+        // body logs (a token's session reopened while signing) names the caller's operation.
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || span.in_scope(|| store.run(body)))
             .await
             .map_err(|e| Error::Task(e.to_string()))?
     }
@@ -303,10 +306,12 @@ impl Store {
     {
         let output = std::sync::Arc::new(std::sync::Mutex::new(None));
         let slot = output.clone();
+        // Each body runs on the group-commit thread in its caller's span, as on its own.
+        let span = tracing::Span::current();
         let job_body = move |tx: &mut dyn KvTransaction| {
             // A body that panics must fail only its own caller: the group-commit thread runs
             // every caller's body, and if it died the process would stay up committing nothing.
-            let run = std::panic::AssertUnwindSafe(|| body(tx));
+            let run = std::panic::AssertUnwindSafe(|| span.in_scope(|| body(tx)));
             let value = std::panic::catch_unwind(run).map_err(|panic| {
                 Error::Task(format!(
                     "a transaction body panicked: {}",
@@ -449,7 +454,8 @@ impl Store {
             .await
             .map_err(|e| Error::Task(e.to_string()))?;
         let store = self.clone();
-        tokio::task::spawn_blocking(move || store.read(body))
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || span.in_scope(|| store.read(body)))
             .await
             .map_err(|e| Error::Task(e.to_string()))?
     }

@@ -89,7 +89,8 @@ pub fn op_span(name: &'static str, op_id: &str) -> tracing::Span {
 /// A span of one operation's work inside the span of the call that asked for it (kind
 /// INTERNAL, named `name`). Calls' spans are left out of log lines (see [`crate::init`]):
 /// lines made inside this one still carry its `sigcast.op_id`, as G7 asks, however deep in a
-/// library they are made (a node read that failed, a token session reopened).
+/// library they are made (a node read that failed; a token session reopened inside a store
+/// transaction's body, which the store runs in its caller's span).
 pub fn work_span(call: &tracing::Span, name: &'static str, op_id: &str) -> tracing::Span {
     tracing::info_span!(
         parent: call,

@@ -131,7 +131,7 @@ impl api::signer_service_server::SignerService for Signer {
         let work: Vec<tracing::Span> = items
             .iter()
             .zip(&spans)
-            .map(|((op_id, _, _), span)| trace::work_span(span, "Sign", op_id))
+            .map(|((op_id, _, _), span)| trace::work_span(span, "Signature", op_id))
             .collect();
         let asked: Vec<(String, tracing::Span)> = initial
             .iter()
@@ -150,6 +150,8 @@ impl api::signer_service_server::SignerService for Signer {
                 }),
         );
         let (batch, others) = tokio::join!(self.sign_batch(&asked, &caller), others);
+        // Each signature's span ends with it, before the answers.
+        drop((asked, work));
         let mut answers: Vec<Option<crate::error::Result<crate::sign::Signed>>> =
             items.iter().map(|_| None).collect();
         for (index, result) in initial.into_iter().zip(batch) {
@@ -230,7 +232,7 @@ impl Signer {
     ) -> Result<Response<api::SignOperationResponse>, Status> {
         let result = self
             .sign_request(op_id, request, caller)
-            .instrument(trace::work_span(span, "Sign", op_id))
+            .instrument(trace::work_span(span, "Signature", op_id))
             .await;
         count(span, purpose, &result);
         let signed = result?;

@@ -9,6 +9,7 @@ mod kv;
 mod limits;
 mod multiprocess;
 mod operations;
+mod spans;
 mod work;
 
 use sigcast_store::{Backend, Store, StoreConfig};

@@ -226,8 +226,9 @@ impl SqliteBackend {
         let conn = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop()?;
         let result = waiting(None, || {
             // One statement is a snapshot of its own: a body that reads once (a record under
-            // 90 KB) needs no BEGIN and COMMIT, a fifth of a replay's read. A body that asks
-            // for a second read runs again, whole, in a transaction: its reads must agree.
+            // 90 KB) needs no BEGIN and COMMIT (3.8 -> 3.3 us a point read, criterion's
+            // replay_point_read). A body that asks for a second read runs again, whole, in a
+            // transaction: its reads must agree.
             let mut single = SingleRead {
                 tx: SqliteTx {
                     conn: &conn,

@@ -291,6 +291,12 @@ impl Gateway {
                 return Err(Error::InvalidArgument(violations));
             }
         };
+        // A caller refused here reads nothing from the store.
+        self.identified(&caller)?;
+        if let Err(violation) = Callers(&self.callers).may_submit(&caller, &intent) {
+            tracing::info!(sigcast.op_id = %op_id, %caller, rule = %violation.0, "refused: caller not allowed");
+            return Err(Error::CallerDenied { rule: violation.0 });
+        }
         let fingerprint = intent.fingerprint().to_string();
         let root = self.store.root().clone();
 
@@ -301,11 +307,6 @@ impl Gateway {
             .store
             .read_point(move |tx| operations::get(tx, &lookup_root, &lookup_id))
             .await?;
-        self.identified(&caller)?;
-        if let Err(violation) = Callers(&self.callers).may_submit(&caller, &intent) {
-            tracing::info!(sigcast.op_id = %op_id, %caller, rule = %violation.0, "refused: caller not allowed");
-            return Err(Error::CallerDenied { rule: violation.0 });
-        }
         let outcome = match existing {
             Some(stored) => operations::classify_submit(stored, &fingerprint),
             None => {

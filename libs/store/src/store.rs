@@ -278,19 +278,7 @@ impl Store {
         T: Send + 'static,
         F: FnMut(&mut dyn KvTransaction) -> Result<T> + Send + 'static,
     {
-        let _permit = self
-            .inner
-            .permits
-            .acquire()
-            .await
-            .map_err(|e| Error::Task(e.to_string()))?;
-        let store = self.clone();
-        // The caller's span goes along (a blocking thread starts in none), so that what the
-        // body logs (a token's session reopened while signing) names the caller's operation.
-        let span = tracing::Span::current();
-        tokio::task::spawn_blocking(move || span.in_scope(|| store.run(body)))
-            .await
-            .map_err(|e| Error::Task(e.to_string()))?
+        self.on_blocking_thread(move |store| store.run(body)).await
     }
 
     /// [`Store::run`] with group commit: the bodies of concurrent callers run one after the
@@ -447,6 +435,16 @@ impl Store {
         T: Send + 'static,
         F: FnMut(&mut dyn KvRead) -> Result<T> + Send + 'static,
     {
+        self.on_blocking_thread(move |store| store.read(body)).await
+    }
+
+    /// Runs `work` on a blocking thread, at most `max_concurrency` at once, in the caller's
+    /// span (a blocking thread starts in none): what a body logs there, a token's session
+    /// reopened while signing, names the caller's operation.
+    async fn on_blocking_thread<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Store) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
         let _permit = self
             .inner
             .permits
@@ -455,7 +453,7 @@ impl Store {
             .map_err(|e| Error::Task(e.to_string()))?;
         let store = self.clone();
         let span = tracing::Span::current();
-        tokio::task::spawn_blocking(move || span.in_scope(|| store.read(body)))
+        tokio::task::spawn_blocking(move || span.in_scope(|| work(&store)))
             .await
             .map_err(|e| Error::Task(e.to_string()))?
     }

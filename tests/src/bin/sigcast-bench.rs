@@ -864,15 +864,14 @@ async fn run(args: Args) -> Result<(), String> {
         None => head(&stack.anvil.url).await + 1,
         Some(_) => 0,
     };
-    let mut baseline_resent = None;
-    let baseline = match (&solana, args.baseline) {
-        (_, false) => None,
+    // The baseline's throughput and, on EVM, how many transactions it sent again.
+    let (baseline, baseline_resent) = match (&solana, args.baseline) {
+        (_, false) => (None, None),
         (None, true) => {
             let (throughput, resent) = direct_baseline(&stack.anvil.url, &args).await;
-            baseline_resent = Some(resent);
-            Some(throughput)
+            (Some(throughput), Some(resent))
         }
-        (Some(node), true) => Some(solana_baseline(node, &args).await),
+        (Some(node), true) => (Some(solana_baseline(node, &args).await), None),
     };
     // What the node spent per baseline transfer (anvil's own process; the Solana node runs
     // inside this one, so there it is not told apart).

@@ -95,6 +95,8 @@ pub struct StackOptions {
     pub accounts: usize,
     /// anvil block time; `None` for automine.
     pub block_time: Option<u64>,
+    /// More of anvil's arguments (e.g. `--base-fee 0`).
+    pub anvil_args: Vec<String>,
     /// Put a fault proxy between the broadcaster and anvil: (share of sends faulted, seed).
     pub faults: Option<(f64, u64)>,
     /// Signer and broadcaster processes of each kind (all on the one store).
@@ -144,6 +146,7 @@ impl Default for StackOptions {
         Self {
             accounts: 4,
             block_time: Some(1),
+            anvil_args: Vec::new(),
             faults: None,
             replicas: 1,
             fee_bump_after_ms: 60_000,
@@ -212,7 +215,8 @@ impl Stack {
     pub async fn start(options: StackOptions) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path();
-        let anvil = Anvil::start(options.block_time, path);
+        let anvil_args: Vec<&str> = options.anvil_args.iter().map(String::as_str).collect();
+        let anvil = Anvil::start_with(options.block_time, path, &anvil_args);
         let store = sigcast_store::StoreConfig {
             path: path.join("sigcast.db"),
             ..Default::default()

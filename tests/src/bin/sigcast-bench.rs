@@ -3,7 +3,9 @@
 //! binary), then
 //!
 //! 1. `--baseline direct`: signs N transfers over K fresh accounts with alloy and sends them
-//!    straight to the node, pipelined per account, without any persistence — the ceiling;
+//!    straight to a node, pipelined per account, without any persistence — the ceiling. On EVM
+//!    that node is a fresh anvil of its own, started as sigcast's was and stopped before
+//!    sigcast's run (`--baseline-node shared`: first on sigcast's node instead);
 //! 2. submits N transfers over K other accounts through the gateway at concurrency C and
 //!    waits until all are CONFIRMED;
 //! 3. times R replayed submits and R gRPC health checks on the same gateway;
@@ -18,6 +20,13 @@
 //! ListOperations calls, and after the watches close; and that one watch past the per-caller
 //! limit is refused.
 //!
+//! Every EVM node it starts keeps its base fee at zero (`--base-fee market`: EIP-1559's, which
+//! each full block raises by 12.5%). What is measured is what sigcast costs on top of the
+//! node, and a rising base fee measures something else: the fees each side signed with
+//! against the fee the node's history has reached. Transfers signed at twice the base fee
+//! plus the tip stop fitting after ten full blocks from anvil's genesis fee, and a side that
+//! runs on a node whose earlier blocks were full starts from a higher fee.
+//!
 //! A benchmark, not a test: it asserts nothing about speed. But a run in which any operation
 //! ends other than CONFIRMED with success, or nothing is confirmed for `--stall-secs`, is a
 //! failed run: it says which operations and in what state, and exits 1.
@@ -27,7 +36,7 @@ use alloy_signer_local::PrivateKeySigner;
 use futures::StreamExt;
 use serde_json::json;
 use sigcast_domain::{EvmAddress, EvmTransfer, Intent, Wei};
-use sigcast_e2e::{SolanaNode, Stack, StackOptions};
+use sigcast_e2e::{Anvil, SolanaNode, Stack, StackOptions};
 use sigcast_evm::{EvmRpc, RpcPool, TxParams, build_transaction};
 use sigcast_proto::pb;
 use sigcast_proto::sigcast::v1::operation_service_client::OperationServiceClient;
@@ -45,6 +54,12 @@ struct Args {
     accounts: usize,
     concurrency: usize,
     baseline: bool,
+    /// EVM: the baseline runs on a fresh anvil of its own (true), or first on the node sigcast
+    /// then runs on (false: sigcast meets a node with the baseline's history behind it).
+    baseline_own_node: bool,
+    /// EVM: every node the run starts keeps its base fee at zero (`--base-fee 0`), or lets it
+    /// follow EIP-1559 (a full block raises it by 12.5%).
+    base_fee_zero: bool,
     replays: usize,
     stall: Duration,
     watches: usize,
@@ -59,12 +74,24 @@ struct Args {
 }
 
 const USAGE: &str = "usage: sigcast-bench [--chain evm|solana (evm)] [--ops N (2000)] [--accounts K (4)] \
-[--concurrency C (64)] [--baseline direct|none (direct)] [--replays R (500)] \
+[--concurrency C (64)] [--baseline direct|none (direct)] \
+[--baseline-node own|shared (own): EVM baseline on a fresh anvil, or first on sigcast's] \
+[--base-fee zero|market (zero): EVM nodes' base fee kept at 0, or per EIP-1559] [--replays R (500)] \
 [--stall-secs S (60)] [--replicas N (1): signers and broadcasters each] \
 [--stored M (0): settled operations in the store before the run] \
 [--rate R: submits per second, paced (as fast as possible)] \
 [--states on: operations per state, each second] \
 | --watches W [--lists L (1000)]";
+
+impl Args {
+    /// anvil's arguments beyond the block time, for every node the run starts.
+    fn anvil_args(&self) -> Vec<String> {
+        match self.base_fee_zero {
+            true => vec!["--base-fee".into(), "0".into()],
+            false => Vec::new(),
+        }
+    }
+}
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -73,6 +100,8 @@ fn parse_args() -> Result<Args, String> {
         accounts: 4,
         concurrency: 64,
         baseline: true,
+        baseline_own_node: true,
+        base_fee_zero: true,
         replays: 500,
         stall: Duration::from_secs(60),
         watches: 0,
@@ -118,6 +147,20 @@ fn parse_args() -> Result<Args, String> {
                     "direct" => true,
                     "none" => false,
                     _ => return Err(format!("--baseline: direct or none, not {value}")),
+                }
+            }
+            "--base-fee" => {
+                args.base_fee_zero = match value.as_str() {
+                    "zero" => true,
+                    "market" => false,
+                    _ => return Err(format!("--base-fee: zero or market, not {value}")),
+                }
+            }
+            "--baseline-node" => {
+                args.baseline_own_node = match value.as_str() {
+                    "own" => true,
+                    "shared" => false,
+                    _ => return Err(format!("--baseline-node: own or shared, not {value}")),
                 }
             }
             _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
@@ -201,11 +244,12 @@ async fn head(url: &str) -> u64 {
 }
 
 /// How full the blocks `from..=to` are: transactions per block, mean (min–max), over how many
-/// blocks. A block of anvil's default gas limit holds at most 1,428 transfers: a run whose
-/// blocks are full is bounded by the chain, not by who sends.
+/// blocks, and the base fee they were mined at. A block of anvil's default gas limit holds at
+/// most 1,428 transfers: a run whose blocks are full is bounded by the chain, not by who sends.
 async fn block_fill(url: &str, from: u64, to: u64) -> String {
     let pool = RpcPool::new(&[url.to_owned()], Duration::from_secs(10)).unwrap();
-    let mut counts = Vec::new();
+    // (transactions, base fee in wei) per block.
+    let mut blocks = Vec::new();
     for number in from..=to {
         let block = pool
             .read(
@@ -214,21 +258,37 @@ async fn block_fill(url: &str, from: u64, to: u64) -> String {
             )
             .await;
         if let Ok(block) = block {
-            counts.push(block["transactions"].as_array().map_or(0, Vec::len));
+            let base_fee = block["baseFeePerGas"]
+                .as_str()
+                .and_then(|hex| u128::from_str_radix(hex.trim_start_matches("0x"), 16).ok())
+                .unwrap_or(0);
+            blocks.push((
+                block["transactions"].as_array().map_or(0, Vec::len),
+                base_fee,
+            ));
         }
     }
     // The empty blocks at either end (mined while the run set up, or after its last
     // transaction) are no part of it.
-    while counts.last() == Some(&0) {
-        counts.pop();
+    while blocks.last().is_some_and(|&(n, _)| n == 0) {
+        blocks.pop();
     }
-    let first_used = counts.iter().position(|&n| n > 0).unwrap_or(counts.len());
-    counts.drain(..first_used);
-    let (Some(min), Some(max)) = (counts.iter().min(), counts.iter().max()) else {
+    let first_used = blocks
+        .iter()
+        .position(|&(n, _)| n > 0)
+        .unwrap_or(blocks.len());
+    blocks.drain(..first_used);
+    let counts = blocks.iter().map(|&(n, _)| n);
+    let (Some(min), Some(max)) = (counts.clone().min(), counts.clone().max()) else {
         return "—".into();
     };
-    let mean = counts.iter().sum::<usize>() as f64 / counts.len() as f64;
-    format!("{mean:.0} ({min}–{max}) over {} blocks", counts.len())
+    let mean = counts.sum::<usize>() as f64 / blocks.len() as f64;
+    let fees = blocks.iter().map(|&(_, fee)| fee as f64 / 1e9);
+    let (low, high) = fees.fold((f64::MAX, 0.0_f64), |(l, h), f| (l.min(f), h.max(f)));
+    format!(
+        "{mean:.0} ({min}–{max}) over {} blocks, base fee {low:.2}–{high:.2} gwei",
+        blocks.len()
+    )
 }
 
 /// The ceiling: alloy signs, one endpoint receives, nothing is persisted. Returns mined tx/s.
@@ -828,6 +888,7 @@ async fn run(args: Args) -> Result<(), String> {
             accounts: 0,
             generated_evm_keys: args.accounts,
             replicas: args.replicas,
+            anvil_args: args.anvil_args(),
             ..Default::default()
         },
         Some(node) => StackOptions {
@@ -859,34 +920,47 @@ async fn run(args: Args) -> Result<(), String> {
         }
     };
 
-    let node_before = cpu_time(stack.anvil.pid());
+    // The EVM baseline runs on a fresh anvil of its own, started as the stack's was, and
+    // stopped before sigcast's run: each side meets a new node, and neither shares the two
+    // cores with the other's node. (On the node sigcast then uses, the baseline's 20,000
+    // transactions and accounts stay behind it: `--baseline-node shared`.)
+    let baseline_dir =
+        tempfile::tempdir().map_err(|e| format!("a directory for the baseline's node: {e}"))?;
+    let baseline_anvil = (solana.is_none() && args.baseline && args.baseline_own_node).then(|| {
+        let anvil_args = args.anvil_args();
+        let anvil_args: Vec<&str> = anvil_args.iter().map(String::as_str).collect();
+        Anvil::start_with(Some(1), baseline_dir.path(), &anvil_args)
+    });
+    let baseline_node = baseline_anvil.as_ref().unwrap_or(&stack.anvil);
+    let node_before = cpu_time(baseline_node.pid());
     let baseline_from = match solana {
-        None => head(&stack.anvil.url).await + 1,
+        None => head(&baseline_node.url).await + 1,
         Some(_) => 0,
     };
     // The baseline's throughput and, on EVM, how many transactions it sent again.
     let (baseline, baseline_resent) = match (&solana, args.baseline) {
         (_, false) => (None, None),
         (None, true) => {
-            let (throughput, resent) = direct_baseline(&stack.anvil.url, &args).await;
+            let (throughput, resent) = direct_baseline(&baseline_node.url, &args).await;
             (Some(throughput), Some(resent))
         }
         (Some(node), true) => (Some(solana_baseline(node, &args).await), None),
     };
     // What the node spent per baseline transfer (anvil's own process; the Solana node runs
     // inside this one, so there it is not told apart).
-    let node_per_baseline_op = cpu_time(stack.anvil.pid()).saturating_sub(node_before);
+    let node_per_baseline_op = cpu_time(baseline_node.pid()).saturating_sub(node_before);
     let baseline_blocks = match (&solana, baseline) {
         (None, Some(_)) => Some(
             block_fill(
-                &stack.anvil.url,
+                &baseline_node.url,
                 baseline_from,
-                head(&stack.anvil.url).await,
+                head(&baseline_node.url).await,
             )
             .await,
         ),
         _ => None,
     };
+    drop(baseline_anvil);
 
     let chain = match args.chain {
         ChainKind::Evm => "eip155:31337",

@@ -45,14 +45,14 @@ fn run_small_load(chain: &[&str]) {
         "the baseline's sends all went through"
     );
     if chain.is_empty() {
-        // Both EVM sides ran on nodes whose base fee stays at zero (each its own node), so
-        // neither meets a fee the other's full blocks raised.
+        // Both EVM sides ran on nodes whose base fee stays at zero, so neither side's ratio
+        // depends on the fee its node's earlier blocks left.
         let blocks = report
             .lines()
             .find(|line| line.starts_with("| transactions per block"))
             .unwrap_or_else(|| panic!("a blocks line in:\n{report}"));
         assert_eq!(
-            blocks.matches("base fee 0.00–0.00 gwei").count(),
+            blocks.matches("base fee 0 gwei").count(),
             2,
             "sigcast's blocks and the baseline's at a zero base fee: {blocks}"
         );

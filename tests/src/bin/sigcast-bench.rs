@@ -4,8 +4,9 @@
 //!
 //! 1. `--baseline direct`: signs N transfers over K fresh accounts with alloy and sends them
 //!    straight to a node, pipelined per account, without any persistence — the ceiling. On EVM
-//!    that node is a fresh anvil of its own, started as sigcast's was and stopped before
-//!    sigcast's run (`--baseline-node shared`: first on sigcast's node instead);
+//!    that node is an anvil of its own, started with sigcast's and idle through sigcast's run
+//!    as sigcast's is through the baseline's (`--baseline-node shared`: first on sigcast's
+//!    node instead);
 //! 2. submits N transfers over K other accounts through the gateway at concurrency C and
 //!    waits until all are CONFIRMED;
 //! 3. times R replayed submits and R gRPC health checks on the same gateway;
@@ -20,12 +21,13 @@
 //! ListOperations calls, and after the watches close; and that one watch past the per-caller
 //! limit is refused.
 //!
-//! Every EVM node it starts keeps its base fee at zero (`--base-fee market`: EIP-1559's, which
-//! each full block raises by 12.5%). What is measured is what sigcast costs on top of the
-//! node, and a rising base fee measures something else: the fees each side signed with
-//! against the fee the node's history has reached. Transfers signed at twice the base fee
-//! plus the tip stop fitting after ten full blocks from anvil's genesis fee, and a side that
-//! runs on a node whose earlier blocks were full starts from a higher fee.
+//! Every EVM node it starts keeps its base fee at zero: anvil's `--base-fee 0` (the bench's
+//! `--base-fee market` leaves EIP-1559's, which each full block raises by 12.5%). The ratio
+//! is meant to show whether sigcast keeps up with the node, and a rising base fee measures
+//! something else: the fees each side signed with against the fee its node's history has
+//! reached. Transfers signed at twice the base fee plus the tip stop fitting after ten full
+//! blocks from anvil's genesis fee, and a node's fee falls by 12.5% with every empty block, so
+//! at the market fee the side whose node idled longer, or was not filled first, wins.
 //!
 //! A benchmark, not a test: it asserts nothing about speed. But a run in which any operation
 //! ends other than CONFIRMED with success, or nothing is confirmed for `--stall-secs`, is a
@@ -48,18 +50,37 @@ enum ChainKind {
     Solana,
 }
 
+/// Which node the EVM baseline sends to.
+#[derive(Clone, Copy, PartialEq)]
+enum BaselineNode {
+    /// A fresh anvil of its own, started beside sigcast's and idle through sigcast's run.
+    Own,
+    /// sigcast's own anvil, before sigcast's run.
+    Shared,
+}
+
+/// The base fee of every EVM node the bench starts.
+#[derive(Clone, Copy, PartialEq)]
+enum BaseFee {
+    /// Kept at zero (anvil's `--base-fee 0`).
+    Zero,
+    /// As EIP-1559 moves it: up 12.5% after each full block.
+    Market,
+}
+
+/// Every anvil's block time, in seconds.
+const BLOCK_TIME: Option<u64> = Some(1);
+
 struct Args {
     chain: ChainKind,
     ops: usize,
     accounts: usize,
     concurrency: usize,
     baseline: bool,
-    /// EVM: the baseline runs on a fresh anvil of its own (true), or first on the node sigcast
-    /// then runs on (false: sigcast meets a node with the baseline's history behind it).
-    baseline_own_node: bool,
-    /// EVM: every node the run starts keeps its base fee at zero (`--base-fee 0`), or lets it
-    /// follow EIP-1559 (a full block raises it by 12.5%).
-    base_fee_zero: bool,
+    /// EVM: where the baseline sends.
+    baseline_node: BaselineNode,
+    /// EVM: the nodes' base fee.
+    base_fee: BaseFee,
     replays: usize,
     stall: Duration,
     watches: usize,
@@ -86,9 +107,9 @@ const USAGE: &str = "usage: sigcast-bench [--chain evm|solana (evm)] [--ops N (2
 impl Args {
     /// anvil's arguments beyond the block time, for every node the run starts.
     fn anvil_args(&self) -> Vec<String> {
-        match self.base_fee_zero {
-            true => vec!["--base-fee".into(), "0".into()],
-            false => Vec::new(),
+        match self.base_fee {
+            BaseFee::Zero => vec!["--base-fee".into(), "0".into()],
+            BaseFee::Market => Vec::new(),
         }
     }
 }
@@ -100,8 +121,8 @@ fn parse_args() -> Result<Args, String> {
         accounts: 4,
         concurrency: 64,
         baseline: true,
-        baseline_own_node: true,
-        base_fee_zero: true,
+        baseline_node: BaselineNode::Own,
+        base_fee: BaseFee::Zero,
         replays: 500,
         stall: Duration::from_secs(60),
         watches: 0,
@@ -150,16 +171,16 @@ fn parse_args() -> Result<Args, String> {
                 }
             }
             "--base-fee" => {
-                args.base_fee_zero = match value.as_str() {
-                    "zero" => true,
-                    "market" => false,
+                args.base_fee = match value.as_str() {
+                    "zero" => BaseFee::Zero,
+                    "market" => BaseFee::Market,
                     _ => return Err(format!("--base-fee: zero or market, not {value}")),
                 }
             }
             "--baseline-node" => {
-                args.baseline_own_node = match value.as_str() {
-                    "own" => true,
-                    "shared" => false,
+                args.baseline_node = match value.as_str() {
+                    "own" => BaselineNode::Own,
+                    "shared" => BaselineNode::Shared,
                     _ => return Err(format!("--baseline-node: own or shared, not {value}")),
                 }
             }
@@ -248,7 +269,7 @@ async fn head(url: &str) -> u64 {
 /// most 1,428 transfers: a run whose blocks are full is bounded by the chain, not by who sends.
 async fn block_fill(url: &str, from: u64, to: u64) -> String {
     let pool = RpcPool::new(&[url.to_owned()], Duration::from_secs(10)).unwrap();
-    // (transactions, base fee in wei) per block.
+    // (transactions, base fee in wei; `None` when the block names none) per block.
     let mut blocks = Vec::new();
     for number in from..=to {
         let block = pool
@@ -260,8 +281,7 @@ async fn block_fill(url: &str, from: u64, to: u64) -> String {
         if let Ok(block) = block {
             let base_fee = block["baseFeePerGas"]
                 .as_str()
-                .and_then(|hex| u128::from_str_radix(hex.trim_start_matches("0x"), 16).ok())
-                .unwrap_or(0);
+                .and_then(|hex| u128::from_str_radix(hex.trim_start_matches("0x"), 16).ok());
             blocks.push((
                 block["transactions"].as_array().map_or(0, Vec::len),
                 base_fee,
@@ -283,20 +303,28 @@ async fn block_fill(url: &str, from: u64, to: u64) -> String {
         return "—".into();
     };
     let mean = counts.sum::<usize>() as f64 / blocks.len() as f64;
-    let fees = blocks.iter().map(|&(_, fee)| fee as f64 / 1e9);
-    let (low, high) = fees.fold((f64::MAX, 0.0_f64), |(l, h), f| (l.min(f), h.max(f)));
+    let fees: Option<Vec<u128>> = blocks.iter().map(|&(_, fee)| fee).collect();
+    let fees = match fees.as_deref().map(|f| (f.iter().min(), f.iter().max())) {
+        Some((Some(0), Some(0))) => "base fee 0 gwei".to_owned(),
+        Some((Some(&low), Some(&high))) => format!(
+            "base fee {:.3}–{:.3} gwei",
+            low as f64 / 1e9,
+            high as f64 / 1e9
+        ),
+        _ => "base fee not given".to_owned(),
+    };
     format!(
-        "{mean:.0} ({min}–{max}) over {} blocks, base fee {low:.2}–{high:.2} gwei",
+        "{mean:.0} ({min}–{max}) over {} blocks, {fees}",
         blocks.len()
     )
 }
 
-/// The ceiling: alloy signs, one endpoint receives, nothing is persisted. Returns mined tx/s.
+/// The ceiling: alloy signs, one endpoint receives, nothing is persisted. Returns its mined
+/// tx/s and how many transactions it sent again.
 ///
-/// anvil sometimes drops transactions it accepted under pipelined load (see issue 7's notes),
-/// so even the ceiling resends: an account whose nonce has not moved for 3 s gets its
-/// remaining transactions again, byte-identical, from its current nonce.
-/// Returns its mined throughput and how many transactions it sent again.
+/// An account whose nonce has not moved for 3 s gets its remaining transactions again,
+/// byte-identical, from its current nonce: at the market base fee, anvil has been seen to drop
+/// transactions it accepted (most likely for their fee, left behind by the base fee).
 async fn direct_baseline(url: &str, args: &Args) -> (f64, usize) {
     let rpc = EvmRpc::new(&[url.to_owned()], Duration::from_secs(10)).unwrap();
     let keys: Vec<PrivateKeySigner> = (0..args.accounts)
@@ -769,6 +797,8 @@ async fn gateway_memory(args: Args) -> Result<(), String> {
     eprintln!("starting anvil and the stack…");
     let mut stack = Stack::start(StackOptions {
         accounts: 1,
+        block_time: BLOCK_TIME,
+        anvil_args: args.anvil_args(),
         ..Default::default()
     })
     .await;
@@ -883,8 +913,24 @@ async fn run(args: Args) -> Result<(), String> {
         ChainKind::Solana => Some(SolanaNode::start(Duration::from_millis(400)).await),
         ChainKind::Evm => None,
     };
+    // The EVM baseline's own node, started with the same arguments just before the stack's and
+    // left running, idle, through sigcast's run, as sigcast's idles through the baseline's:
+    // each side has a node of its own, as old as the other's, and shares the two cores with
+    // the other's idle node. (`--baseline-node shared`: sigcast's node, after the baseline.)
+    let baseline_anvil = match (args.chain, args.baseline, args.baseline_node) {
+        (ChainKind::Evm, true, BaselineNode::Own) => {
+            let dir = tempfile::tempdir()
+                .map_err(|e| format!("a directory for the baseline's node: {e}"))?;
+            let anvil_args = args.anvil_args();
+            let anvil_args: Vec<&str> = anvil_args.iter().map(String::as_str).collect();
+            let anvil = Anvil::start_with(BLOCK_TIME, dir.path(), &anvil_args);
+            Some((anvil, dir))
+        }
+        _ => None,
+    };
     let stack = Stack::start(match &solana {
         None => StackOptions {
+            block_time: BLOCK_TIME,
             accounts: 0,
             generated_evm_keys: args.accounts,
             replicas: args.replicas,
@@ -920,18 +966,9 @@ async fn run(args: Args) -> Result<(), String> {
         }
     };
 
-    // The EVM baseline runs on a fresh anvil of its own, started as the stack's was, and
-    // stopped before sigcast's run: each side meets a new node, and neither shares the two
-    // cores with the other's node. (On the node sigcast then uses, the baseline's 20,000
-    // transactions and accounts stay behind it: `--baseline-node shared`.)
-    let baseline_dir =
-        tempfile::tempdir().map_err(|e| format!("a directory for the baseline's node: {e}"))?;
-    let baseline_anvil = (solana.is_none() && args.baseline && args.baseline_own_node).then(|| {
-        let anvil_args = args.anvil_args();
-        let anvil_args: Vec<&str> = anvil_args.iter().map(String::as_str).collect();
-        Anvil::start_with(Some(1), baseline_dir.path(), &anvil_args)
-    });
-    let baseline_node = baseline_anvil.as_ref().unwrap_or(&stack.anvil);
+    let baseline_node = baseline_anvil
+        .as_ref()
+        .map_or(&stack.anvil, |(anvil, _)| anvil);
     let node_before = cpu_time(baseline_node.pid());
     let baseline_from = match solana {
         None => head(&baseline_node.url).await + 1,
@@ -960,7 +997,6 @@ async fn run(args: Args) -> Result<(), String> {
         ),
         _ => None,
     };
-    drop(baseline_anvil);
 
     let chain = match args.chain {
         ChainKind::Evm => "eip155:31337",
@@ -1241,7 +1277,7 @@ async fn run(args: Args) -> Result<(), String> {
     println!("| sigcast mined throughput | {throughput:.1} tx/s |");
     if let (None, Some((first, last))) = (&solana, landed_in) {
         println!(
-            "| transactions per block, sigcast's blocks / the baseline's (at most 1,428 transfers fit one) | {} / {} |",
+            "| transactions per block and their base fee, sigcast's blocks / the baseline's (at most 1,428 transfers fit one) | {} / {} |",
             block_fill(&stack.anvil.url, first, last).await,
             baseline_blocks.as_deref().unwrap_or("—")
         );

@@ -114,6 +114,15 @@ impl Args {
     }
 }
 
+/// The value of a flag that takes one of two words: "--flag: a or b, not x" otherwise.
+fn one_of<T: Copy>(flag: &str, value: &str, [(a, x), (b, y)]: [(&str, T); 2]) -> Result<T, String> {
+    match value {
+        v if v == a => Ok(x),
+        v if v == b => Ok(y),
+        _ => Err(format!("{flag}: {a} or {b}, not {value}")),
+    }
+}
+
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         chain: ChainKind::Evm,
@@ -157,32 +166,28 @@ fn parse_args() -> Result<Args, String> {
             "--states" => args.states = value == "on",
             "--stall-secs" => args.stall = Duration::from_secs(number()?.max(1) as u64),
             "--chain" => {
-                args.chain = match value.as_str() {
-                    "evm" => ChainKind::Evm,
-                    "solana" => ChainKind::Solana,
-                    _ => return Err(format!("--chain: evm or solana, not {value}")),
-                }
+                args.chain = one_of(
+                    &flag,
+                    &value,
+                    [("evm", ChainKind::Evm), ("solana", ChainKind::Solana)],
+                )?
             }
             "--baseline" => {
-                args.baseline = match value.as_str() {
-                    "direct" => true,
-                    "none" => false,
-                    _ => return Err(format!("--baseline: direct or none, not {value}")),
-                }
+                args.baseline = one_of(&flag, &value, [("direct", true), ("none", false)])?
             }
             "--base-fee" => {
-                args.base_fee = match value.as_str() {
-                    "zero" => BaseFee::Zero,
-                    "market" => BaseFee::Market,
-                    _ => return Err(format!("--base-fee: zero or market, not {value}")),
-                }
+                args.base_fee = one_of(
+                    &flag,
+                    &value,
+                    [("zero", BaseFee::Zero), ("market", BaseFee::Market)],
+                )?
             }
             "--baseline-node" => {
-                args.baseline_node = match value.as_str() {
-                    "own" => BaselineNode::Own,
-                    "shared" => BaselineNode::Shared,
-                    _ => return Err(format!("--baseline-node: own or shared, not {value}")),
-                }
+                args.baseline_node = one_of(
+                    &flag,
+                    &value,
+                    [("own", BaselineNode::Own), ("shared", BaselineNode::Shared)],
+                )?
             }
             _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
         }

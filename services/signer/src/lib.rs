@@ -17,8 +17,9 @@ pub mod token;
 pub use config::Config;
 pub use error::{Error, Result};
 pub use sign::{
-    InitialEvm, Replacement, ReplacementEvm, Signed, Signer, SolanaAttempt, replacement_fees,
-    sign_initial_evm, sign_initial_evm_together, sign_replacement_evm, sign_solana_attempt,
+    EndpointAtStart, InitialEvm, Replacement, ReplacementEvm, Signed, Signer, SolanaAttempt,
+    replacement_fees, sign_initial_evm, sign_initial_evm_together, sign_replacement_evm,
+    sign_solana_attempt,
 };
 
 use sigcast_proto::sigcast::signer::v1::signer_service_server::SignerServiceServer;

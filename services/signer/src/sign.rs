@@ -278,6 +278,32 @@ struct Resolved<'a> {
 /// (micro-lamports per CU) and its latest blockhash as last read.
 type SolanaCluster = (SolanaRpc, u64, Fresh<sigcast_solana::LatestBlockhash>);
 
+/// What the signer makes, at start, of one endpoint's answer to "which chain do you serve".
+/// Pure, so that the simulation starts its signers with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndpointAtStart {
+    /// It serves the configured chain: the chain needs no check before its first signature.
+    Serves,
+    /// It did not answer (the error). Only reported: the chain is checked again before its
+    /// first signature, and every other chain is served meanwhile. One chain's outage must
+    /// not stop the signer, and with it every chain (the signer once exited here).
+    Unanswered(String),
+    /// It serves another chain (the id it answered): a configuration error, which refuses
+    /// the start — signing for one chain from another's state would be wrong everywhere.
+    ServesAnother(u64),
+}
+
+impl EndpointAtStart {
+    /// The endpoint's `answer` for a chain configured as `configured`.
+    pub fn of<E: std::fmt::Display>(configured: u64, answer: std::result::Result<u64, E>) -> Self {
+        match answer {
+            Ok(served) if served == configured => EndpointAtStart::Serves,
+            Ok(served) => EndpointAtStart::ServesAnother(served),
+            Err(error) => EndpointAtStart::Unanswered(error.to_string()),
+        }
+    }
+}
+
 /// Signs operations with the keys it holds.
 #[derive(Clone)]
 pub struct Signer {
@@ -368,27 +394,22 @@ impl Signer {
         })
     }
 
-    /// Checks, at start, what each configured endpoint serves. An endpoint that answers with
-    /// another chain id is a configuration error: the signer refuses to start. An endpoint
-    /// that does not answer is only reported: its chain is checked again before its first
-    /// signature, and the other chains are served meanwhile.
+    /// Checks, at start, what each configured endpoint serves ([`EndpointAtStart`]): another
+    /// chain id refuses the start; an endpoint that does not answer is only reported.
     pub async fn check_chains(&self) -> anyhow::Result<()> {
         for (chain_id, chain) in self.chains.iter() {
             for url in chain.pool.urls() {
                 let label = sigcast_jsonrpc::endpoint_label(url);
-                match chain.pool.chain_id_from(url).await {
-                    Ok(actual) => {
-                        anyhow::ensure!(
-                            actual == *chain_id,
-                            "endpoint {label} serves chain {actual}, configured for chain {chain_id}"
-                        );
-                        chain
-                            .verified
-                            .store(true, std::sync::atomic::Ordering::Release);
-                    }
-                    Err(error) => tracing::warn!(
+                match EndpointAtStart::of(*chain_id, chain.pool.chain_id_from(url).await) {
+                    EndpointAtStart::Serves => chain
+                        .verified
+                        .store(true, std::sync::atomic::Ordering::Release),
+                    EndpointAtStart::Unanswered(error) => tracing::warn!(
                         chain_id, endpoint = %label, %error,
                         "endpoint unreachable at start; its chain is checked again before signing for it"
+                    ),
+                    EndpointAtStart::ServesAnother(served) => anyhow::bail!(
+                        "endpoint {label} serves chain {served}, configured for chain {chain_id}"
                     ),
                 }
             }
@@ -1513,6 +1534,22 @@ mod fee_cap_tests {
         )
         .unwrap();
         assert!(bump.replaces(&low) && bump.max_per_gas() <= cap);
+    }
+
+    #[test]
+    fn only_an_endpoint_of_another_chain_refuses_the_start() {
+        assert_eq!(
+            EndpointAtStart::of(31337, Ok::<_, String>(31337)),
+            EndpointAtStart::Serves
+        );
+        assert_eq!(
+            EndpointAtStart::of(31337, Ok::<_, String>(1)),
+            EndpointAtStart::ServesAnother(1)
+        );
+        assert_eq!(
+            EndpointAtStart::of(31337, Err::<u64, _>("connection refused")),
+            EndpointAtStart::Unanswered("connection refused".into())
+        );
     }
 }
 

@@ -5,6 +5,7 @@
 //! guards them; the signer signs with the product's signing bodies and in-process keys.
 
 use crate::exec::{now_ms, sleep, system_time, yield_now};
+use crate::node::{SimEndpoint, refused};
 use crate::world::{Base, Tamper, World};
 use alloy_signer_local::PrivateKeySigner;
 use rand::Rng;
@@ -19,8 +20,8 @@ use sigcast_protocol::record;
 use sigcast_protocol::{Action, Evidence, Replacement, Settlement, Why, decide, reasons};
 use sigcast_signer::keys::KeyHandle;
 use sigcast_signer::{
-    InitialEvm, Replacement as SignerReplacement, ReplacementEvm, Signed, replacement_fees,
-    sign_initial_evm, sign_initial_evm_together, sign_replacement_evm,
+    EndpointAtStart, InitialEvm, Replacement as SignerReplacement, ReplacementEvm, Signed,
+    replacement_fees, sign_initial_evm, sign_initial_evm_together, sign_replacement_evm,
 };
 use sigcast_store::blocks::{self, Seen};
 use sigcast_store::operations::{self, Guard, SubmitOutcome};
@@ -235,12 +236,93 @@ fn sign(key: &PrivateKeySigner, nonce: u64, max_fee: u128, tip: u128) -> Vec<u8>
 /// The signer's answer to a replacement the fee cap leaves no room for.
 const AT_FEE_CAP: &str = "FEE_CAP";
 
-/// One signer replica: takes jobs from the shared queue, one at a time.
+/// The simulated chain's id.
+const CHAIN_ID: u64 = 31337;
+/// A second chain every simulated signer is configured for, whose one endpoint never answers
+/// (`check_chains` must start the signer all the same).
+const UNANSWERED_CHAIN_ID: u64 = 1;
+/// How long the orchestrator waits before it starts again a signer that exited.
+const RESTART_AFTER_MS: u64 = 2_000;
+
+/// One signer replica: starts as the signer starts (`Signer::check_chains`), restarted by its
+/// orchestrator after a while each time it refuses to; then takes jobs from the shared queue,
+/// one at a time.
 pub(crate) async fn signer(world: Rc<World>, name: String, mut rng: StdRng) {
+    let mut verified = loop {
+        match check_chains(&world) {
+            Ok(verified) => break verified,
+            Err(refusal) => {
+                world.trace(format!("{name}: exits at start: {refusal}"));
+                sleep(RESTART_AFTER_MS).await;
+            }
+        }
+    };
     serve_signs(&world, &world.sign_jobs, &name, async |job| {
+        if !verified {
+            // As `Signer::ensure_verified`: a chain no endpoint answered for at start is
+            // asked again before its first signature.
+            verified = verify_chain(&world)?;
+        }
         sign_one(&world, job, &mut rng).await
     })
     .await;
+}
+
+/// The signer's start: every configured endpoint asked which chain it serves, each answer
+/// taken as the signer takes it ([`EndpointAtStart`]). Whether the simulated chain was seen
+/// served, or why the signer exits.
+fn check_chains(world: &World) -> Result<bool, String> {
+    let mut verified = false;
+    let unanswered = "http://chain-1-node:8545";
+    let unanswered = (unanswered, Err(refused(unanswered).to_string()));
+    let answers = world
+        .endpoints
+        .iter()
+        .map(|endpoint| (CHAIN_ID, endpoint.label(), chain_id_of(endpoint)))
+        .chain(std::iter::once((
+            UNANSWERED_CHAIN_ID,
+            unanswered.0,
+            unanswered.1,
+        )));
+    for (configured, label, answer) in answers {
+        match EndpointAtStart::of(configured, answer) {
+            EndpointAtStart::Serves => verified |= configured == CHAIN_ID,
+            EndpointAtStart::Unanswered(error)
+                if world.settings.tamper == Tamper::StartNeedsEveryChain =>
+            {
+                return Err(format!("{label} of chain {configured}: {error}"));
+            }
+            EndpointAtStart::Unanswered(_) => {}
+            EndpointAtStart::ServesAnother(served) => {
+                return Err(format!("{label} serves chain {served}"));
+            }
+        }
+    }
+    Ok(verified)
+}
+
+/// Whether the simulated chain is served, asked of its endpoints in turn until one answers.
+fn verify_chain(world: &World) -> Result<bool, String> {
+    for endpoint in &world.endpoints {
+        match EndpointAtStart::of(CHAIN_ID, chain_id_of(endpoint)) {
+            EndpointAtStart::Serves => return Ok(true),
+            EndpointAtStart::ServesAnother(served) => {
+                return Err(format!("{} serves chain {served}", endpoint.label()));
+            }
+            EndpointAtStart::Unanswered(_) => {}
+        }
+    }
+    Err(format!(
+        "chain {CHAIN_ID}: no endpoint answered eth_chainId"
+    ))
+}
+
+/// `eth_chainId` as `endpoint` answers it at once.
+fn chain_id_of(endpoint: &SimEndpoint) -> Result<u64, String> {
+    let answer = endpoint
+        .answer_at_once("eth_chainId")
+        .map_err(|e| e.to_string())?;
+    sigcast_jsonrpc::quantity(&answer).ok_or_else(|| format!("eth_chainId answered {answer}"))
 }
 
 /// A signer replica's loop: takes jobs from `jobs`, one at a time, and answers each with what

@@ -57,11 +57,14 @@ pub enum Tamper {
     /// EVM: the broadcaster's work listed as it once was: the first 1,000 operations of a state
     /// by op_id, other chains' dropped afterwards (the starved-by-a-backlog defect).
     ListByOpId,
+    /// EVM: the signer refuses to start when an endpoint of any chain it is configured for
+    /// does not answer (the one-chain-down defect: every chain stopped with it).
+    StartNeedsEveryChain,
 }
 
 impl Tamper {
     /// Every tamper, by its command-line name.
-    pub const ALL: [(&str, Tamper); 14] = [
+    pub const ALL: [(&str, Tamper); 15] = [
         ("none", Tamper::None),
         ("null-receipt-rejects", Tamper::NullReceiptRejects),
         ("ignore-revision", Tamper::IgnoreRevision),
@@ -76,6 +79,7 @@ impl Tamper {
         ("latest-nonce", Tamper::LatestNonce),
         ("commit-refusals", Tamper::CommitRefusals),
         ("list-by-op-id", Tamper::ListByOpId),
+        ("start-needs-every-chain", Tamper::StartNeedsEveryChain),
     ];
 }
 

@@ -214,6 +214,14 @@ fn work_listed_by_op_id_behind_another_chain_s_backlog_is_caught_within_the_budg
 }
 
 #[test]
+fn a_signer_that_exits_at_start_when_one_chain_is_down_is_caught_within_the_budget() {
+    let (seed, violation) = caught(Tamper::StartNeedsEveryChain)
+        .expect("a signer exiting while one of its chains is down went unnoticed by every seed");
+    println!("caught at seed {seed}: {violation}");
+    assert!(violation.contains("not terminal"), "{violation}");
+}
+
+#[test]
 fn the_first_slot_kept_read_before_the_statuses_is_caught_at_its_seed() {
     // Rarer than the budget: the seed that caught it in a run of 20,000.
     let mut settings = SolanaSettings::as_found(4156);

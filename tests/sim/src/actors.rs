@@ -263,7 +263,7 @@ pub(crate) async fn signer(world: Rc<World>, name: String, mut rng: StdRng) {
             // asked again before its first signature.
             verified = verify_chain(&world)?;
         }
-        sign_one(&world, job, &mut rng).await
+        sign_one(&world, &name, job, &mut rng).await
     })
     .await;
 }
@@ -449,6 +449,7 @@ fn initial_request(
 /// those of a token each alone. Answers how many were signed.
 async fn sign_together(
     world: &World,
+    name: &str,
     job: &SignJob<Purpose>,
     rng: &mut StdRng,
 ) -> Result<u32, String> {
@@ -478,34 +479,41 @@ async fn sign_together(
             _ => alone.push(request),
         }
     }
-    let signed = sign_each_alone(world, &alone).await;
+    let signed = sign_each_alone(world, name, &alone).await;
     if together.is_empty() {
         return Ok(signed);
     }
+    let requests = together.clone();
     match world
-        .commit_signing(|tx| sign_initial_evm_together(tx, &together))
+        .commit_signing(name, move |tx| sign_initial_evm_together(tx, &requests))
         .await
     {
         Ok(Ok(all)) => Ok(signed + all.len() as u32),
-        _ => Ok(signed + sign_each_alone(world, &together).await),
+        _ => Ok(signed + sign_each_alone(world, name, &together).await),
     }
 }
 
 /// First signatures of `requests`, each in its own transaction, in order; how many were signed.
-async fn sign_each_alone(world: &World, requests: &[Arc<InitialEvm>]) -> u32 {
+async fn sign_each_alone(world: &World, name: &str, requests: &[Arc<InitialEvm>]) -> u32 {
     let mut signed = 0;
     for request in requests {
+        let request = request.clone();
         let one = world
-            .commit_signing(|tx| sign_initial_evm(tx, request))
+            .commit_signing(name, move |tx| sign_initial_evm(tx, &request))
             .await;
         signed += u32::from(attempt_signed(one).is_ok());
     }
     signed
 }
 
-async fn sign_one(world: &World, job: &SignJob<Purpose>, rng: &mut StdRng) -> Result<u32, String> {
+async fn sign_one(
+    world: &World,
+    name: &str,
+    job: &SignJob<Purpose>,
+    rng: &mut StdRng,
+) -> Result<u32, String> {
     if job.purpose == Purpose::Together {
-        return sign_together(world, job, rng).await;
+        return sign_together(world, name, job, rng).await;
     }
     let root = world.store.root().clone();
     let resolved = resolve(world, &job.op_id)?;
@@ -517,7 +525,7 @@ async fn sign_one(world: &World, job: &SignJob<Purpose>, rng: &mut StdRng) -> Re
             let request = initial_request(world, resolved, read);
             attempt_signed(
                 world
-                    .commit_signing(|tx| sign_initial_evm(tx, &request))
+                    .commit_signing(name, move |tx| sign_initial_evm(tx, &request))
                     .await,
             )
         }
@@ -595,7 +603,7 @@ async fn sign_one(world: &World, job: &SignJob<Purpose>, rng: &mut StdRng) -> Re
             };
             attempt_signed(
                 world
-                    .commit_signing(|tx| sign_replacement_evm(tx, &request))
+                    .commit_signing(name, move |tx| sign_replacement_evm(tx, &request))
                     .await,
             )
         }

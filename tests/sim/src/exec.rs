@@ -81,6 +81,26 @@ pub(crate) async fn take_time(ms: u64) {
     }
 }
 
+/// Waits, blocking this thread, for a future another thread completes (the store's
+/// group-commit thread); no simulated time passes and no other task runs meanwhile.
+pub(crate) fn wait_for<F: Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        match future.as_mut().poll(&mut cx) {
+            Poll::Ready(output) => return output,
+            Poll::Pending => std::thread::park(),
+        }
+    }
+}
+
 pub(crate) type Task = Pin<Box<dyn Future<Output = ()>>>;
 
 struct Slot {

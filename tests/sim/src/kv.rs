@@ -265,8 +265,29 @@ pub(crate) struct SimStore {
 #[derive(Clone)]
 enum Engine {
     /// The store, and the temporary directory its file lives in (removed when dropped).
-    Sqlite(Store, #[allow(dead_code)] Arc<tempfile::TempDir>),
+    Sqlite(
+        Store,
+        #[allow(dead_code)] Arc<tempfile::TempDir>,
+        Arc<Handles>,
+    ),
     Fdb(Arc<Mutex<FdbSim>>),
+}
+
+/// Each process's own handle on the embedded store, as each process opens it: its own
+/// connections and its own group-commit thread.
+struct Handles {
+    config: StoreConfig,
+    open: Mutex<std::collections::HashMap<String, Store>>,
+}
+
+impl Handles {
+    /// Process `process`'s handle, opened at its first write since it started.
+    fn of(&self, process: &str) -> Store {
+        let mut open = self.open.lock().unwrap();
+        open.entry(process.to_owned())
+            .or_insert_with(|| Store::open(&self.config).expect("open the embedded store"))
+            .clone()
+    }
 }
 
 /// What a transaction body is.
@@ -283,7 +304,11 @@ impl SimStore {
                 let mut config = StoreConfig::sqlite(dir.path().join("sim.db"));
                 config.namespace = "sim".into();
                 let store = Store::open(&config).expect("open the embedded store");
-                Engine::Sqlite(store, Arc::new(dir))
+                let handles = Handles {
+                    config,
+                    open: Mutex::default(),
+                };
+                Engine::Sqlite(store, Arc::new(dir), Arc::new(handles))
             }
             Backend::Fdb => Engine::Fdb(Arc::new(Mutex::new(FdbSim::new(faults, rng)))),
         };
@@ -293,7 +318,7 @@ impl SimStore {
     /// The root subspace every key lives in.
     pub(crate) fn root(&self) -> &Subspace {
         match &self.engine {
-            Engine::Sqlite(store, _) => store.root(),
+            Engine::Sqlite(store, ..) => store.root(),
             Engine::Fdb(_) => &self.root,
         }
     }
@@ -310,7 +335,7 @@ impl SimStore {
     /// that other processes' commits can come in between.
     pub(crate) async fn run<T>(&self, mut body: impl Body<T>) -> Result<T> {
         match &self.engine {
-            Engine::Sqlite(store, _) => {
+            Engine::Sqlite(store, ..) => {
                 yield_now().await;
                 store.run(body)
             }
@@ -383,10 +408,59 @@ impl SimStore {
         }
     }
 
+    /// [`SimStore::run`] as process `process` commits its writes, as
+    /// [`SimStore::run_grouped_or_refuse`] does.
+    pub(crate) async fn run_grouped<T: Send + 'static>(
+        &self,
+        process: &str,
+        body: impl FnMut(&mut dyn KvTransaction) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        match &self.engine {
+            Engine::Sqlite(_, _, handles) => {
+                yield_now().await;
+                let store = handles.of(process);
+                crate::exec::wait_for(store.run_grouped(body))
+            }
+            Engine::Fdb(_) => self.run(body).await,
+        }
+    }
+
+    /// [`SimStore::run_or_refuse`] as process `process` commits its writes: on the embedded
+    /// store through that process's own handle and the product's group commit
+    /// (`Store::run_grouped_or_refuse`: its thread, and what it makes of a body that panics),
+    /// waited for on this thread — one body at a time, so that a group is of one and the seed
+    /// replays exactly; on FoundationDB semantics as [`SimStore::run_or_refuse`].
+    pub(crate) async fn run_grouped_or_refuse<T, E>(
+        &self,
+        process: &str,
+        body: impl FnMut(&mut dyn KvTransaction) -> Result<Result<T, E>> + Send + 'static,
+    ) -> Result<Result<T, E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        match &self.engine {
+            Engine::Sqlite(_, _, handles) => {
+                yield_now().await;
+                let store = handles.of(process);
+                crate::exec::wait_for(store.run_grouped_or_refuse(body))
+            }
+            Engine::Fdb(_) => self.run_or_refuse(body).await,
+        }
+    }
+
+    /// Process `process` ended (killed): its handle on the store, and with it its group
+    /// commit, end too; its next start opens its own.
+    pub(crate) fn process_ended(&self, process: &str) {
+        if let Engine::Sqlite(_, _, handles) = &self.engine {
+            handles.open.lock().unwrap().remove(process);
+        }
+    }
+
     /// A read of the committed data, at once (for the invariants, which observe from outside).
     pub(crate) fn read<T>(&self, mut body: impl FnMut(&mut dyn KvRead) -> Result<T>) -> Result<T> {
         match &self.engine {
-            Engine::Sqlite(store, _) => store.read(body),
+            Engine::Sqlite(store, ..) => store.read(body),
             Engine::Fdb(fdb) => {
                 let guard = fdb.lock().unwrap();
                 let mut tx = SimTx {

@@ -7,16 +7,18 @@
 //! order in which every process takes its next step. The product's own code runs inside:
 //! `sigcast_protocol::decide`, the evidence readers of `sigcast_evm`, the record functions,
 //! the store's transaction bodies and work listing, and the signer's signing bodies (alone and
-//! in batches) with in-process keys or a token that fails; in some seeds, a backlog of another
-//! chain's operations.
+//! in batches) with in-process keys or a token that fails, committed on the embedded store
+//! through each signer process's own group commit (whose bodies panic now and then in some
+//! seeds); the signer's rule for each endpoint's answer at start; in some seeds, a backlog of
+//! another chain's operations.
 //! The invariants of `check` are checked after every change of the chain and every settlement,
 //! and, once the faults stop, every operation must be terminal within a bound.
 //!
 //! The `solana` module runs the same on a simulated Solana cluster (slots, blockhash expiry,
 //! durable nonces, pruned histories, failed executions).
 //!
-//! Not simulated: Solana instruction lists, the gRPC layers, group commit, and the gateway's
-//! validation (each covered by other tests).
+//! Not simulated: Solana instruction lists, the gRPC layers, group commit's grouping of
+//! concurrent bodies, and the gateway's validation (each covered by other tests).
 
 /// `println!` that ends the process quietly when stdout is closed (`sigcast-sim run | head`)
 /// instead of panicking.
@@ -109,6 +111,7 @@ impl Settings {
             // Drawn last, so that the settings drawn before them stay those of earlier
             // versions, seed for seed.
             token_failures: if rng.gen_bool(0.3) { 0.1 } else { 0.0 },
+            body_panics: 0.0,
             large_calls: rng.gen_bool(0.1),
             backlog: if rng.gen_bool(0.05) { 1_100 } else { 0 },
             batch_signing: rng.gen_bool(0.5),
@@ -121,6 +124,11 @@ impl Settings {
             settings.burst_ms = Some(rng.gen_range(5..200));
         }
         settings.shared_lists = rng.gen_bool(0.5);
+        // From a generator of their own, so that every other setting stays as it was drawn.
+        let mut panics = StdRng::seed_from_u64(seed ^ 0xba0d);
+        if settings.backend == Backend::Sqlite && panics.gen_bool(0.5) {
+            settings.body_panics = 0.05;
+        }
         (settings, rng)
     }
 
@@ -132,13 +140,36 @@ impl Settings {
             batch_signing: false,
             burst_ms: None,
             shared_lists: false,
+            body_panics: 0.0,
             ..Self::draw_up_to_two_replicas(seed).0
         }
     }
 }
 
+/// Keeps the simulated panics of transaction bodies (`Settings::body_panics`) that the store's
+/// group-commit thread catches out of the output; every other panic, one that escapes into
+/// the simulation among them, is reported as before.
+fn quiet_simulated_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let message = payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str));
+            let caught = std::thread::current().name() == Some("store-group-commit");
+            if !(caught && message == Some(world::SIMULATED_PANIC)) {
+                previous(info);
+            }
+        }));
+    });
+}
+
 /// Runs one seed with `settings`; `live_trace` prints the trace as it goes (a replay).
 pub fn run(seed: u64, settings: Settings, live_trace: bool) -> Report {
+    quiet_simulated_panics();
     exec::reset_clock();
     let mut rng = StdRng::seed_from_u64(seed);
     let chain = Arc::new(Mutex::new(chain::Chain::new(settings.gas_limit)));
@@ -313,6 +344,7 @@ pub(crate) fn drive(
             if rng.gen_bool(limits.crash_rate) {
                 let name = &processes[rng.gen_range(0..processes.len())];
                 if executor.kill(name) {
+                    world.store.process_ended(name);
                     world.trace(format!("CRASH {name}"));
                     restarts.push((now_ms() + rng.gen_range(100..3_000), name.clone()));
                 }

@@ -7,8 +7,8 @@ use crate::exec::{Task, now_ms};
 use crate::kv::{Backend, SimStore};
 use crate::node::SimEndpoint;
 use alloy_signer_local::PrivateKeySigner;
-use rand::Rng;
 use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use sigcast_evm::Address;
 use sigcast_protocol::Rules;
 use sigcast_signer::keys::{DigestSigner, KeyHandle};
@@ -86,6 +86,8 @@ impl Tamper {
 /// The signer's fee cap in the simulation, per gas: below the base fee of the chaos's fee
 /// spikes, so capped transactions wait, and bumps meet the cap.
 pub(crate) const FEE_CAP: u128 = 25_000_000_000;
+/// What a simulated defect in a transaction body panics with (kept out of the test output).
+pub(crate) const SIMULATED_PANIC: &str = "a simulated defect in a transaction body";
 /// The broadcaster's limit of fee bumps per operation.
 pub(crate) const MAX_FEE_BUMPS: u32 = 3;
 
@@ -142,6 +144,10 @@ pub struct Settings {
     /// Share of signatures the key refuses while faults go on, as a PKCS#11 token with a
     /// device error does: after the nonce is allocated, inside the signing transaction.
     pub token_failures: f64,
+    /// Share of signing transaction bodies that panic while faults go on (a defect in the
+    /// product's own code, met by one operation): on the embedded store, run by the signer's
+    /// group commit, which must fail that signature alone and go on committing.
+    pub body_panics: f64,
     /// A third of the operations are contract calls with 100–120 kB of calldata: records and
     /// payloads larger than one FoundationDB value.
     pub large_calls: bool,
@@ -200,6 +206,8 @@ pub(crate) struct World {
     pub(crate) foreign: Mutex<HashSet<String>>,
     /// Draws the token's failures, apart from every other draw.
     token: RefCell<StdRng>,
+    /// Draws the bodies that panic, apart from every other draw.
+    panics: RefCell<StdRng>,
 }
 
 impl std::ops::Deref for World {
@@ -236,6 +244,8 @@ impl World {
             rules,
             sign_jobs: Mutex::default(),
             foreign: Mutex::default(),
+            // Seeded from the token's generator without advancing it: the token draws as before.
+            panics: RefCell::new(StdRng::seed_from_u64(token.clone().r#gen())),
             token: RefCell::new(token),
         }
     }
@@ -373,15 +383,35 @@ impl World {
         }
     }
 
-    /// Commits a signing transaction's body: a refusal rolls back what it wrote (or, broken on
-    /// purpose, is committed with it).
+    /// Commits a signing transaction's body as signer replica `process` does, through its
+    /// group commit: a refusal rolls back what it wrote (or, broken on purpose, is committed
+    /// with it). While faults go on, at the seed's rate, the body panics instead.
     pub(crate) async fn commit_signing<T, E>(
         &self,
-        body: impl FnMut(&mut dyn KvTransaction) -> sigcast_store::Result<Result<T, E>>,
-    ) -> sigcast_store::Result<Result<T, E>> {
+        process: &str,
+        mut body: impl FnMut(&mut dyn KvTransaction) -> sigcast_store::Result<Result<T, E>>
+        + Send
+        + 'static,
+    ) -> sigcast_store::Result<Result<T, E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        let panics = self.faulty()
+            && self.settings.body_panics > 0.0
+            && self.panics.borrow_mut().gen_bool(self.settings.body_panics);
+        if panics {
+            self.trace(format!("{process}: a signing body panics"));
+        }
+        let body = move |tx: &mut dyn KvTransaction| {
+            if panics {
+                panic!("{SIMULATED_PANIC}");
+            }
+            body(tx)
+        };
         match self.settings.tamper {
-            Tamper::CommitRefusals => self.store.run(body).await,
-            _ => self.store.run_or_refuse(body).await,
+            Tamper::CommitRefusals => self.store.run_grouped(process, body).await,
+            _ => self.store.run_grouped_or_refuse(process, body).await,
         }
     }
 

@@ -241,6 +241,8 @@ const CHAIN_ID: u64 = 31337;
 /// A second chain every simulated signer is configured for, whose one endpoint never answers
 /// (`check_chains` must start the signer all the same).
 const UNANSWERED_CHAIN_ID: u64 = 1;
+/// That chain's endpoint.
+const UNANSWERED_ENDPOINT: &str = "http://chain-1-node:8545";
 /// How long the orchestrator waits before it starts again a signer that exited.
 const RESTART_AFTER_MS: u64 = 2_000;
 
@@ -261,7 +263,8 @@ pub(crate) async fn signer(world: Rc<World>, name: String, mut rng: StdRng) {
         if !verified {
             // As `Signer::ensure_verified`: a chain no endpoint answered for at start is
             // asked again before its first signature.
-            verified = verify_chain(&world)?;
+            verify_chain(&world)?;
+            verified = true;
         }
         sign_one(&world, &name, job, &mut rng).await
     })
@@ -273,17 +276,12 @@ pub(crate) async fn signer(world: Rc<World>, name: String, mut rng: StdRng) {
 /// served, or why the signer exits.
 fn check_chains(world: &World) -> Result<bool, String> {
     let mut verified = false;
-    let unanswered = "http://chain-1-node:8545";
-    let unanswered = (unanswered, Err(refused(unanswered).to_string()));
+    let unanswered = Err(refused(UNANSWERED_ENDPOINT).to_string());
     let answers = world
         .endpoints
         .iter()
         .map(|endpoint| (CHAIN_ID, endpoint.label(), chain_id_of(endpoint)))
-        .chain(std::iter::once((
-            UNANSWERED_CHAIN_ID,
-            unanswered.0,
-            unanswered.1,
-        )));
+        .chain([(UNANSWERED_CHAIN_ID, UNANSWERED_ENDPOINT, unanswered)]);
     for (configured, label, answer) in answers {
         match EndpointAtStart::of(configured, answer) {
             EndpointAtStart::Serves => verified |= configured == CHAIN_ID,
@@ -301,11 +299,11 @@ fn check_chains(world: &World) -> Result<bool, String> {
     Ok(verified)
 }
 
-/// Whether the simulated chain is served, asked of its endpoints in turn until one answers.
-fn verify_chain(world: &World) -> Result<bool, String> {
+/// That the simulated chain is served, asked of its endpoints in turn until one answers.
+fn verify_chain(world: &World) -> Result<(), String> {
     for endpoint in &world.endpoints {
         match EndpointAtStart::of(CHAIN_ID, chain_id_of(endpoint)) {
-            EndpointAtStart::Serves => return Ok(true),
+            EndpointAtStart::Serves => return Ok(()),
             EndpointAtStart::ServesAnother(served) => {
                 return Err(format!("{} serves chain {served}", endpoint.label()));
             }

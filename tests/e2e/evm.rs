@@ -367,13 +367,19 @@ async fn two_signers_and_two_broadcasters_on_one_store_allocate_each_nonce_once(
     // burst all at once is signed by whichever replica polls first, and the other signs
     // nothing (replicas take the same work; they do not divide it).
     // Under a loaded machine one replica's passes can still catch every wave of twenty: more
-    // waves follow (up to sixty) until each signer has signed something.
+    // waves follow (up to sixty) until each signer has signed something and each broadcaster
+    // has had a send accepted (a fresh-clone CI run once saw [200, 0] sends after twenty).
     let mut planned = Vec::new();
     for wave in 0..60 {
         planned.extend(submit_transfers(&stack, &format!("replicas-{wave:02}"), 10, 4).await);
         tokio::time::sleep(Duration::from_millis(137)).await;
         let signed = |replica: &sigcast_e2e::Service| replica.log().contains("operation signed");
-        if wave >= 19 && stack.signers.iter().all(signed) {
+        let sent = |replica: &sigcast_e2e::Service| {
+            let log = replica.log();
+            log.lines()
+                .any(|l| l.contains("worker: sent") && l.contains("outcome=\"accepted\""))
+        };
+        if wave >= 19 && stack.signers.iter().all(signed) && stack.broadcasters.iter().all(sent) {
             break;
         }
     }

@@ -23,4 +23,4 @@ pub mod work;
 pub use error::{Error, Result};
 pub use foundationdb_tuple as tuple;
 pub use kv::{KvRead, KvTransaction};
-pub use store::{Backend, FORMAT_VERSION, Store, StoreConfig};
+pub use store::{Backend, FORMAT_VERSION, GROUP_COMMIT_THREAD, Store, StoreConfig};

@@ -121,6 +121,9 @@ struct Job {
     done: tokio::sync::oneshot::Sender<Result<()>>,
 }
 
+/// The name of the thread that runs every grouped transaction of a process.
+pub const GROUP_COMMIT_THREAD: &str = "store-group-commit";
+
 /// Most bodies committed together.
 const GROUP_MAX: usize = 256;
 
@@ -370,7 +373,7 @@ impl Store {
             // The thread holds the store weakly: it ends when the last handle is dropped.
             let store = std::sync::Arc::downgrade(&self.inner);
             let thread = std::thread::Builder::new()
-                .name("store-group-commit".into())
+                .name(GROUP_COMMIT_THREAD.into())
                 .spawn(move || group_commit(&store, &receiver))
                 .expect("spawning the group-commit thread");
             GroupCommit { queue, thread }

@@ -279,7 +279,8 @@ struct Resolved<'a> {
 type SolanaCluster = (SolanaRpc, u64, Fresh<sigcast_solana::LatestBlockhash>);
 
 /// What the signer makes, at start, of one endpoint's answer to "which chain do you serve".
-/// Pure, so that the simulation starts its signers with it.
+/// Pure, as is the rule the start follows ([`EndpointAtStart::refuses_start`]), so that the
+/// simulation starts its signers by both.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EndpointAtStart {
     /// It serves the configured chain: the chain needs no check before its first signature.
@@ -300,6 +301,21 @@ impl EndpointAtStart {
             Ok(served) if served == configured => EndpointAtStart::Serves,
             Ok(served) => EndpointAtStart::ServesAnother(served),
             Err(error) => EndpointAtStart::Unanswered(error.to_string()),
+        }
+    }
+
+    /// Whether the signer refuses to start on this answer: only on another chain's.
+    pub fn refuses_start(&self) -> bool {
+        matches!(self, EndpointAtStart::ServesAnother(_))
+    }
+}
+
+impl std::fmt::Display for EndpointAtStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EndpointAtStart::Serves => write!(f, "serves its chain"),
+            EndpointAtStart::Unanswered(error) => write!(f, "did not answer ({error})"),
+            EndpointAtStart::ServesAnother(served) => write!(f, "serves chain {served}"),
         }
     }
 }
@@ -400,16 +416,18 @@ impl Signer {
         for (chain_id, chain) in self.chains.iter() {
             for url in chain.pool.urls() {
                 let label = sigcast_jsonrpc::endpoint_label(url);
-                match EndpointAtStart::of(*chain_id, chain.pool.chain_id_from(url).await) {
+                let check = EndpointAtStart::of(*chain_id, chain.pool.chain_id_from(url).await);
+                anyhow::ensure!(
+                    !check.refuses_start(),
+                    "endpoint {label} {check}, configured for chain {chain_id}"
+                );
+                match check {
                     EndpointAtStart::Serves => chain
                         .verified
                         .store(true, std::sync::atomic::Ordering::Release),
-                    EndpointAtStart::Unanswered(error) => tracing::warn!(
-                        chain_id, endpoint = %label, %error,
+                    _ => tracing::warn!(
+                        chain_id, endpoint = %label, answer = %check,
                         "endpoint unreachable at start; its chain is checked again before signing for it"
-                    ),
-                    EndpointAtStart::ServesAnother(served) => anyhow::bail!(
-                        "endpoint {label} serves chain {served}, configured for chain {chain_id}"
                     ),
                 }
             }
@@ -1538,18 +1556,18 @@ mod fee_cap_tests {
 
     #[test]
     fn only_an_endpoint_of_another_chain_refuses_the_start() {
+        let serves = EndpointAtStart::of(31337, Ok::<_, String>(31337));
+        let another = EndpointAtStart::of(31337, Ok::<_, String>(1));
+        let unanswered = EndpointAtStart::of(31337, Err::<u64, _>("connection refused"));
+        assert_eq!(serves, EndpointAtStart::Serves);
+        assert_eq!(another, EndpointAtStart::ServesAnother(1));
         assert_eq!(
-            EndpointAtStart::of(31337, Ok::<_, String>(31337)),
-            EndpointAtStart::Serves
-        );
-        assert_eq!(
-            EndpointAtStart::of(31337, Ok::<_, String>(1)),
-            EndpointAtStart::ServesAnother(1)
-        );
-        assert_eq!(
-            EndpointAtStart::of(31337, Err::<u64, _>("connection refused")),
+            unanswered,
             EndpointAtStart::Unanswered("connection refused".into())
         );
+        assert!(another.refuses_start());
+        assert!(!serves.refuses_start() && !unanswered.refuses_start());
+        assert_eq!(another.to_string(), "serves chain 1");
     }
 }
 

@@ -283,18 +283,17 @@ fn check_chains(world: &World) -> Result<bool, String> {
         .map(|endpoint| (CHAIN_ID, endpoint.label(), chain_id_of(endpoint)))
         .chain([(UNANSWERED_CHAIN_ID, UNANSWERED_ENDPOINT, unanswered)]);
     for (configured, label, answer) in answers {
-        match EndpointAtStart::of(configured, answer) {
-            EndpointAtStart::Serves => verified |= configured == CHAIN_ID,
-            EndpointAtStart::Unanswered(error)
-                if world.settings.tamper == Tamper::StartNeedsEveryChain =>
-            {
-                return Err(format!("{label} of chain {configured}: {error}"));
-            }
-            EndpointAtStart::Unanswered(_) => {}
-            EndpointAtStart::ServesAnother(served) => {
-                return Err(format!("{label} serves chain {served}"));
-            }
+        let check = EndpointAtStart::of(configured, answer);
+        let refuses = match world.settings.tamper {
+            Tamper::StartNeedsEveryChain => check != EndpointAtStart::Serves,
+            _ => check.refuses_start(),
+        };
+        if refuses {
+            return Err(format!(
+                "endpoint {label} {check}, configured for chain {configured}"
+            ));
         }
+        verified |= check == EndpointAtStart::Serves && configured == CHAIN_ID;
     }
     Ok(verified)
 }
@@ -483,7 +482,9 @@ async fn sign_together(
     }
     let requests = together.clone();
     match world
-        .commit_signing(name, move |tx| sign_initial_evm_together(tx, &requests))
+        .commit_signing(name, true, move |tx| {
+            sign_initial_evm_together(tx, &requests)
+        })
         .await
     {
         Ok(Ok(all)) => Ok(signed + all.len() as u32),
@@ -496,8 +497,9 @@ async fn sign_each_alone(world: &World, name: &str, requests: &[Arc<InitialEvm>]
     let mut signed = 0;
     for request in requests {
         let request = request.clone();
+        let in_process = request.key.backend() == "keystore";
         let one = world
-            .commit_signing(name, move |tx| sign_initial_evm(tx, &request))
+            .commit_signing(name, in_process, move |tx| sign_initial_evm(tx, &request))
             .await;
         signed += u32::from(attempt_signed(one).is_ok());
     }
@@ -521,9 +523,10 @@ async fn sign_one(
             let from = Address::from(*resolved.sender.as_bytes());
             let read = initial_reads(world, endpoint, from).await?;
             let request = initial_request(world, resolved, read);
+            let in_process = request.key.backend() == "keystore";
             attempt_signed(
                 world
-                    .commit_signing(name, move |tx| sign_initial_evm(tx, &request))
+                    .commit_signing(name, in_process, move |tx| sign_initial_evm(tx, &request))
                     .await,
             )
         }
@@ -599,9 +602,12 @@ async fn sign_one(
                 },
                 key,
             };
+            let in_process = request.key.backend() == "keystore";
             attempt_signed(
                 world
-                    .commit_signing(name, move |tx| sign_replacement_evm(tx, &request))
+                    .commit_signing(name, in_process, move |tx| {
+                        sign_replacement_evm(tx, &request)
+                    })
                     .await,
             )
         }

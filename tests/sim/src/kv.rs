@@ -264,11 +264,12 @@ pub(crate) struct SimStore {
 
 #[derive(Clone)]
 enum Engine {
-    /// The store, and the temporary directory its file lives in (removed when dropped).
+    /// The store, each process's own handles on it, and the temporary directory its file
+    /// lives in (removed when dropped, after the handles).
     Sqlite(
         Store,
-        #[allow(dead_code)] Arc<tempfile::TempDir>,
         Arc<Handles>,
+        #[allow(dead_code)] Arc<tempfile::TempDir>,
     ),
     Fdb(Arc<Mutex<FdbSim>>),
 }
@@ -308,7 +309,7 @@ impl SimStore {
                     config,
                     open: Mutex::default(),
                 };
-                Engine::Sqlite(store, Arc::new(dir), Arc::new(handles))
+                Engine::Sqlite(store, Arc::new(handles), Arc::new(dir))
             }
             Backend::Fdb => Engine::Fdb(Arc::new(Mutex::new(FdbSim::new(faults, rng)))),
         };
@@ -413,15 +414,14 @@ impl SimStore {
     pub(crate) async fn run_grouped<T: Send + 'static>(
         &self,
         process: &str,
-        body: impl FnMut(&mut dyn KvTransaction) -> Result<T> + Send + 'static,
+        body: impl Body<T> + Send + 'static,
     ) -> Result<T> {
-        match &self.engine {
-            Engine::Sqlite(_, _, handles) => {
+        match self.handle(process) {
+            Some(store) => {
                 yield_now().await;
-                let store = handles.of(process);
                 crate::exec::wait_for(store.run_grouped(body))
             }
-            Engine::Fdb(_) => self.run(body).await,
+            None => self.run(body).await,
         }
     }
 
@@ -433,26 +433,33 @@ impl SimStore {
     pub(crate) async fn run_grouped_or_refuse<T, E>(
         &self,
         process: &str,
-        body: impl FnMut(&mut dyn KvTransaction) -> Result<Result<T, E>> + Send + 'static,
+        body: impl Body<Result<T, E>> + Send + 'static,
     ) -> Result<Result<T, E>>
     where
         T: Send + 'static,
         E: Send + 'static,
     {
-        match &self.engine {
-            Engine::Sqlite(_, _, handles) => {
+        match self.handle(process) {
+            Some(store) => {
                 yield_now().await;
-                let store = handles.of(process);
                 crate::exec::wait_for(store.run_grouped_or_refuse(body))
             }
-            Engine::Fdb(_) => self.run_or_refuse(body).await,
+            None => self.run_or_refuse(body).await,
+        }
+    }
+
+    /// Process `process`'s own handle on the embedded store (none on FoundationDB semantics).
+    fn handle(&self, process: &str) -> Option<Store> {
+        match &self.engine {
+            Engine::Sqlite(_, handles, _) => Some(handles.of(process)),
+            Engine::Fdb(_) => None,
         }
     }
 
     /// Process `process` ended (killed): its handle on the store, and with it its group
     /// commit, end too; its next start opens its own.
     pub(crate) fn process_ended(&self, process: &str) {
-        if let Engine::Sqlite(_, _, handles) = &self.engine {
+        if let Engine::Sqlite(_, handles, _) = &self.engine {
             handles.open.lock().unwrap().remove(process);
         }
     }

@@ -111,12 +111,12 @@ impl Settings {
             // Drawn last, so that the settings drawn before them stay those of earlier
             // versions, seed for seed.
             token_failures: if rng.gen_bool(0.3) { 0.1 } else { 0.0 },
-            body_panics: 0.0,
             large_calls: rng.gen_bool(0.1),
             backlog: if rng.gen_bool(0.05) { 1_100 } else { 0 },
             batch_signing: rng.gen_bool(0.5),
             burst_ms: None,
             shared_lists: false,
+            body_panics: 0.0,
             tamper: Tamper::None,
         };
         if settings.batch_signing && rng.gen_bool(0.5) {
@@ -146,9 +146,8 @@ impl Settings {
     }
 }
 
-/// Keeps the simulated panics of transaction bodies (`Settings::body_panics`) that the store's
-/// group-commit thread catches out of the output; every other panic, one that escapes into
-/// the simulation among them, is reported as before.
+/// Keeps the simulated panics of transaction bodies (`Settings::body_panics`), which happen on
+/// a store's group-commit thread, out of the output; every other panic is reported as before.
 fn quiet_simulated_panics() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -159,8 +158,9 @@ fn quiet_simulated_panics() {
                 .downcast_ref::<&str>()
                 .copied()
                 .or_else(|| payload.downcast_ref::<String>().map(String::as_str));
-            let caught = std::thread::current().name() == Some("store-group-commit");
-            if !(caught && message == Some(world::SIMULATED_PANIC)) {
+            let on_group_commit =
+                std::thread::current().name() == Some(sigcast_store::GROUP_COMMIT_THREAD);
+            if !(on_group_commit && message == Some(world::SIMULATED_PANIC)) {
                 previous(info);
             }
         }));

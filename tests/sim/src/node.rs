@@ -288,8 +288,8 @@ impl SimEndpoint {
     }
 
     /// The endpoint's answer to `method` without parameters, at once: the signer's questions at
-    /// start and before a chain's first signature, which take no simulated time (so that they
-    /// change no seed's run).
+    /// start and before a chain's first signature, which take no simulated time and draw
+    /// nothing (a seed's run changes only where they refuse a signature).
     pub(crate) fn answer_at_once(&self, method: &str) -> Result<Value, RpcError> {
         self.answer(method, &Value::Array(Vec::new()))
     }

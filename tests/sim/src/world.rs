@@ -383,12 +383,15 @@ impl World {
         }
     }
 
-    /// Commits a signing transaction's body as signer replica `process` does, through its
-    /// group commit: a refusal rolls back what it wrote (or, broken on purpose, is committed
-    /// with it). While faults go on, at the seed's rate, the body panics instead.
+    /// Commits a signing transaction's body as signer replica `process` does: through its
+    /// group commit when the key signs in the process, alone when in a token (the signer's
+    /// `commit`); a refusal rolls back what it wrote (or, broken on purpose, is committed with
+    /// it). While faults go on, at the seed's rate, a grouped body panics instead; a panic of
+    /// the product's own body is a violation.
     pub(crate) async fn commit_signing<T, E>(
         &self,
         process: &str,
+        in_process: bool,
         mut body: impl FnMut(&mut dyn KvTransaction) -> sigcast_store::Result<Result<T, E>>
         + Send
         + 'static,
@@ -397,7 +400,8 @@ impl World {
         T: Send + 'static,
         E: Send + 'static,
     {
-        let panics = self.faulty()
+        let panics = in_process
+            && self.faulty()
             && self.settings.body_panics > 0.0
             && self.panics.borrow_mut().gen_bool(self.settings.body_panics);
         if panics {
@@ -409,10 +413,19 @@ impl World {
             }
             body(tx)
         };
-        match self.settings.tamper {
-            Tamper::CommitRefusals => self.store.run_grouped(process, body).await,
-            _ => self.store.run_grouped_or_refuse(process, body).await,
+        let committed = match (self.settings.tamper, in_process) {
+            (Tamper::CommitRefusals, true) => self.store.run_grouped(process, body).await,
+            (Tamper::CommitRefusals, false) => self.store.run(body).await,
+            (_, true) => self.store.run_grouped_or_refuse(process, body).await,
+            (_, false) => self.store.run_or_refuse(body).await,
+        };
+        if let Err(error) = &committed
+            && !panics
+            && error.to_string().contains("panicked")
+        {
+            self.violation(format!("{process}: a signing body panicked: {error}"));
         }
+        committed
     }
 
     /// The guard of a decided change: the record's revision (or, broken on purpose, none).

@@ -959,7 +959,7 @@ async fn work_on(
             {
                 Ok(attempt) if attempt != newest => {
                     let at = system_time();
-                    let sending = apply(world, &op, Guard::NotTerminal, move |o| {
+                    let sending = apply(world, name, &op, Guard::NotTerminal, move |o| {
                         record::record_sending_new(o, attempt, at)
                     })
                     .await;
@@ -970,7 +970,7 @@ async fn work_on(
                 Err(refusal) if refusal == AT_FEE_CAP => {
                     world.trace(format!("{name}: {} replacement at the fee cap", op.op_id));
                     let at = system_time();
-                    let held = apply(world, &op, world.decided_guard(&op), move |o| {
+                    let held = apply(world, name, &op, world.decided_guard(&op), move |o| {
                         record::record_held_at_fee_cap(o, newest, at)
                     })
                     .await;
@@ -999,7 +999,7 @@ pub(crate) async fn settle(
     guard: Guard,
     settlement: Settlement,
 ) {
-    let settled = apply(world, op, guard, move |o| {
+    let settled = apply(world, name, op, guard, move |o| {
         record::settle(o, &settlement);
         true
     })
@@ -1035,7 +1035,7 @@ async fn send_again(
     rng: &mut StdRng,
 ) {
     let at = system_time();
-    let sending = apply(world, op, world.decided_guard(op), move |o| {
+    let sending = apply(world, name, op, world.decided_guard(op), move |o| {
         record::record_sending(o, attempt, at)
     })
     .await;
@@ -1078,19 +1078,33 @@ fn describe(action: &Action) -> String {
     }
 }
 
-/// Applies a change in one store transaction, as the worker does.
+/// Applies a change in one store transaction, as the worker of broadcaster replica `process`
+/// does: on the embedded store through the process's own group commit.
 pub(crate) async fn apply(
     world: &Base,
+    process: &str,
     op: &pb::Operation,
     guard: Guard,
-    mut change: impl FnMut(&mut pb::Operation) -> bool,
+    mut change: impl FnMut(&mut pb::Operation) -> bool + Send + 'static,
 ) -> Option<pb::Operation> {
     let root: Subspace = world.store.root().clone();
-    match world
-        .store
-        .run(|tx| operations::update(tx, &root, &op.op_id, guard, &mut change, system_time()))
-        .await
-    {
+    let updated = if world.store.embedded() {
+        // The body runs on the group-commit thread, whose simulated clock is not this one's; no
+        // simulated time passes while it runs, so the time read here is the body's.
+        let (op_id, now) = (op.op_id.clone(), system_time());
+        world
+            .store
+            .run_grouped(process, move |tx| {
+                operations::update(tx, &root, &op_id, guard, &mut change, now)
+            })
+            .await
+    } else {
+        world
+            .store
+            .run(|tx| operations::update(tx, &root, &op.op_id, guard, &mut change, system_time()))
+            .await
+    };
+    match updated {
         Ok(Some((_, updated))) => Some(updated),
         Ok(None) => None,
         Err(error) => {

@@ -517,7 +517,7 @@ async fn work_on(world: &Rc<SolWorld>, name: &str, op: pb::Operation, rng: &mut 
         Action::Send(attempt) => {
             let at = system_time();
             let guard = Guard::Revision(op.revision);
-            if let Some(sending) = apply(world, &op, guard, move |o| {
+            if let Some(sending) = apply(world, name, &op, guard, move |o| {
                 record::record_sending(o, attempt, at)
             })
             .await
@@ -534,7 +534,7 @@ async fn work_on(world: &Rc<SolWorld>, name: &str, op: pb::Operation, rng: &mut 
             match ask_signer(&world.sign_jobs, &op.op_id, purpose, newest).await {
                 Ok(attempt) if attempt != newest => {
                     let at = system_time();
-                    if let Some(sending) = apply(world, &op, Guard::NotTerminal, move |o| {
+                    if let Some(sending) = apply(world, name, &op, Guard::NotTerminal, move |o| {
                         record::record_sending_new(o, attempt, at)
                     })
                     .await
@@ -606,7 +606,7 @@ async fn send(
     ));
     let at = system_time();
     let label = endpoint.label().to_owned();
-    apply(world, op, Guard::NotTerminal, move |o| {
+    apply(world, name, op, Guard::NotTerminal, move |o| {
         record::record_outcome(o, attempt, &label, &outcome, at);
         true
     })

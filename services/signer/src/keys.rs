@@ -114,6 +114,12 @@ impl KeyHandle {
     pub fn backend(&self) -> &'static str {
         self.0.backend()
     }
+
+    /// Whether the key signs in this process (microseconds), so that its signing transaction
+    /// may be grouped with others; a token's is committed alone.
+    pub fn signs_in_process(&self) -> bool {
+        self.backend() == "keystore"
+    }
 }
 
 /// An Ed25519 (Solana) key: decrypted from a keystore, or inside a PKCS#11 token.
@@ -143,6 +149,11 @@ impl Ed25519Handle {
             Ed25519Handle::Keystore(_) => "keystore",
             Ed25519Handle::Token(_) => "pkcs11",
         }
+    }
+
+    /// Whether the key signs in this process, as [`KeyHandle::signs_in_process`].
+    pub fn signs_in_process(&self) -> bool {
+        matches!(self, Ed25519Handle::Keystore(_))
     }
 }
 

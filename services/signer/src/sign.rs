@@ -580,7 +580,7 @@ impl Signer {
             return self.sign_solana(op, caller).await;
         }
         let request = self.prepare_initial_evm(&op, caller).await?;
-        let in_process = request.key.backend() == "keystore";
+        let in_process = request.key.signs_in_process();
         let outcome = self
             .commit(in_process, move |tx| sign_initial_evm(tx, &request))
             .await??;
@@ -641,7 +641,7 @@ impl Signer {
                         return self.sign_solana(op, caller).await.map(Prepared::Done);
                     }
                     let request = self.prepare_initial_evm(&op, caller).await?;
-                    Ok(match request.key.backend() == "keystore" {
+                    Ok(match request.key.signs_in_process() {
                         true => Prepared::Together(request),
                         false => Prepared::Alone(request),
                     })
@@ -1142,7 +1142,7 @@ impl Signer {
             params,
             key,
         };
-        let in_process = request.key.backend() == "keystore";
+        let in_process = request.key.signs_in_process();
         let signed = self
             .commit(in_process, move |tx| sign_replacement_evm(tx, &request))
             .await??;

@@ -471,9 +471,9 @@ async fn sign_together(
             }
         };
         let request = Arc::new(initial_request(world, resolved, read));
-        match request.key.backend() {
-            "keystore" => together.push(request),
-            _ => alone.push(request),
+        match request.key.signs_in_process() {
+            true => together.push(request),
+            false => alone.push(request),
         }
     }
     let signed = sign_each_alone(world, name, &alone).await;
@@ -497,7 +497,7 @@ async fn sign_each_alone(world: &World, name: &str, requests: &[Arc<InitialEvm>]
     let mut signed = 0;
     for request in requests {
         let request = request.clone();
-        let in_process = request.key.backend() == "keystore";
+        let in_process = request.key.signs_in_process();
         let one = world
             .commit_signing(name, in_process, move |tx| sign_initial_evm(tx, &request))
             .await;
@@ -523,7 +523,7 @@ async fn sign_one(
             let from = Address::from(*resolved.sender.as_bytes());
             let read = initial_reads(world, endpoint, from).await?;
             let request = initial_request(world, resolved, read);
-            let in_process = request.key.backend() == "keystore";
+            let in_process = request.key.signs_in_process();
             attempt_signed(
                 world
                     .commit_signing(name, in_process, move |tx| sign_initial_evm(tx, &request))
@@ -602,7 +602,7 @@ async fn sign_one(
                 },
                 key,
             };
-            let in_process = request.key.backend() == "keystore";
+            let in_process = request.key.signs_in_process();
             attempt_signed(
                 world
                     .commit_signing(name, in_process, move |tx| {

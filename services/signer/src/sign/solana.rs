@@ -425,7 +425,7 @@ impl Signer {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let in_process = keys.iter().all(|k| k.backend() == "keystore");
+        let in_process = keys.iter().all(|k| k.signs_in_process());
         let attempt = SolanaAttempt {
             root: self.store.root().clone(),
             op_id: op_id.clone(),

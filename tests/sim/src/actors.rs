@@ -105,11 +105,7 @@ pub(crate) async fn submit_all<W: std::ops::Deref<Target = Base> + 'static>(
         let account = rng.gen_range(0..load.accounts);
         let op_id = format!("op-{i:03}");
         let new = make(&op_id, account, 1_000 + i as u64);
-        let root = world.store.root().clone();
-        let submitted = world
-            .store
-            .run(|tx| operations::submit(tx, &root, new.clone(), system_time()))
-            .await;
+        let submitted = gateway_submit(&world, &new).await;
         // A commit whose result was unknown runs the submit again, which then finds the
         // operation it created: the client gets it as a replay, with the same intent.
         match submitted {
@@ -122,10 +118,7 @@ pub(crate) async fn submit_all<W: std::ops::Deref<Target = Base> + 'static>(
         world.submitted.lock().unwrap().push(op_id.clone());
         // The same submit again: a replay, never a second operation.
         if rng.gen_bool(0.2) {
-            let again = world
-                .store
-                .run(|tx| operations::submit(tx, &root, new.clone(), system_time()))
-                .await;
+            let again = gateway_submit(&world, &new).await;
             if !matches!(again, Ok(SubmitOutcome::Replayed(_))) {
                 world.violation(format!(
                     "a repeated submit of {op_id} was not a replay: {again:?}"
@@ -135,10 +128,7 @@ pub(crate) async fn submit_all<W: std::ops::Deref<Target = Base> + 'static>(
         // The same op_id for another payment: refused, nothing overwritten.
         if rng.gen_bool(0.05) {
             let other = make(&op_id, account, 7);
-            let conflict = world
-                .store
-                .run(|tx| operations::submit(tx, &root, other.clone(), system_time()))
-                .await;
+            let conflict = gateway_submit(&world, &other).await;
             if !matches!(conflict, Ok(SubmitOutcome::Conflict(ref op)) if op.intent == new.intent) {
                 world.violation(format!(
                     "a conflicting submit of {op_id} was not refused: {conflict:?}"
@@ -151,15 +141,30 @@ pub(crate) async fn submit_all<W: std::ops::Deref<Target = Base> + 'static>(
             let op_id = op_id.clone();
             world.clone().spawn(format!("cancel-{op_id}"), async move {
                 sleep(delay).await;
-                let root = world.store.root().clone();
+                let (root, id, now) = (world.store.root().clone(), op_id.clone(), system_time());
                 let outcome = world
                     .store
-                    .run(|tx| operations::cancel(tx, &root, &op_id, system_time()))
+                    .run_grouped(GATEWAY, move |tx| operations::cancel(tx, &root, &id, now))
                     .await;
                 world.trace(format!("gateway: cancel {op_id}: {outcome:?}"));
             });
         }
     }
+}
+
+/// The gateway's process name: its writes go through its own group commit.
+const GATEWAY: &str = "gateway";
+
+/// A submit as the gateway writes it (`grpc.rs`): the time read first, the body through the
+/// gateway's group commit on the embedded store.
+async fn gateway_submit(world: &Base, new: &pb::Operation) -> sigcast_store::Result<SubmitOutcome> {
+    let (root, new, now) = (world.store.root().clone(), new.clone(), system_time());
+    world
+        .store
+        .run_grouped(GATEWAY, move |tx| {
+            operations::submit(tx, &root, new.clone(), now)
+        })
+        .await
 }
 
 /// Operation `op_id` of `account`, worth `value` wei: a transfer, or (in a seed with large
@@ -959,7 +964,7 @@ async fn work_on(
             {
                 Ok(attempt) if attempt != newest => {
                     let at = system_time();
-                    let sending = apply(world, name, &op, Guard::NotTerminal, move |o| {
+                    let sending = apply(world, name, &op.op_id, Guard::NotTerminal, move |o| {
                         record::record_sending_new(o, attempt, at)
                     })
                     .await;
@@ -970,7 +975,7 @@ async fn work_on(
                 Err(refusal) if refusal == AT_FEE_CAP => {
                     world.trace(format!("{name}: {} replacement at the fee cap", op.op_id));
                     let at = system_time();
-                    let held = apply(world, name, &op, world.decided_guard(&op), move |o| {
+                    let held = apply(world, name, &op.op_id, world.decided_guard(&op), move |o| {
                         record::record_held_at_fee_cap(o, newest, at)
                     })
                     .await;
@@ -999,7 +1004,7 @@ pub(crate) async fn settle(
     guard: Guard,
     settlement: Settlement,
 ) {
-    let settled = apply(world, name, op, guard, move |o| {
+    let settled = apply(world, name, &op.op_id, guard, move |o| {
         record::settle(o, &settlement);
         true
     })
@@ -1035,7 +1040,7 @@ async fn send_again(
     rng: &mut StdRng,
 ) {
     let at = system_time();
-    let sending = apply(world, name, op, world.decided_guard(op), move |o| {
+    let sending = apply(world, name, &op.op_id, world.decided_guard(op), move |o| {
         record::record_sending(o, attempt, at)
     })
     .await;
@@ -1083,7 +1088,7 @@ fn describe(action: &Action) -> String {
 pub(crate) async fn apply(
     world: &Base,
     process: &str,
-    op: &pb::Operation,
+    op_id: &str,
     guard: Guard,
     mut change: impl FnMut(&mut pb::Operation) -> bool + Send + 'static,
 ) -> Option<pb::Operation> {
@@ -1091,24 +1096,24 @@ pub(crate) async fn apply(
     let updated = if world.store.embedded() {
         // The body runs on the group-commit thread, whose simulated clock is not this one's; no
         // simulated time passes while it runs, so the time read here is the body's.
-        let (op_id, now) = (op.op_id.clone(), system_time());
+        let (id, now) = (op_id.to_owned(), system_time());
         world
             .store
             .run_grouped(process, move |tx| {
-                operations::update(tx, &root, &op_id, guard, &mut change, now)
+                operations::update(tx, &root, &id, guard, &mut change, now)
             })
             .await
     } else {
         world
             .store
-            .run(|tx| operations::update(tx, &root, &op.op_id, guard, &mut change, system_time()))
+            .run(|tx| operations::update(tx, &root, op_id, guard, &mut change, system_time()))
             .await
     };
     match updated {
         Ok(Some((_, updated))) => Some(updated),
         Ok(None) => None,
         Err(error) => {
-            world.trace(format!("store: {} {error}", op.op_id));
+            world.trace(format!("store: {op_id} {error}"));
             None
         }
     }
@@ -1141,21 +1146,9 @@ async fn send(world: &Rc<World>, name: &str, op_id: &str, attempt: u32, rng: &mu
     ));
     let at = system_time();
     let label = endpoint.label().to_owned();
-    let root2 = root.clone();
-    let _ = world
-        .store
-        .run(|tx| {
-            operations::update(
-                tx,
-                &root2,
-                op_id,
-                Guard::NotTerminal,
-                &mut |o| {
-                    record::record_outcome(o, attempt, &label, &outcome, at);
-                    true
-                },
-                at,
-            )
-        })
-        .await;
+    apply(world, name, op_id, Guard::NotTerminal, move |o| {
+        record::record_outcome(o, attempt, &label, &outcome, at);
+        true
+    })
+    .await;
 }

@@ -5,12 +5,13 @@
 //! a signer or broadcaster replica is killed, which commits have an unknown result, which
 //! signatures the key's token refuses, which operations carry 100 kB of calldata — and the
 //! order in which every process takes its next step. The product's own code runs inside:
-//! `sigcast_protocol::decide`, the evidence readers of `sigcast_evm`, the record functions,
-//! the store's transaction bodies and work listing, and the signer's signing bodies (alone and
-//! in batches) with in-process keys or a token that fails, committed on the embedded store
-//! through each signer process's own group commit (whose bodies panic now and then in some
-//! seeds), as the broadcasters' record updates are through theirs; the signer's rule for each
-//! endpoint's answer at start; in some seeds, a backlog of another chain's operations.
+//! `sigcast_protocol::decide`, the evidence readers of `sigcast_evm`, the record functions, the
+//! store's transaction bodies and work listing, and the signer's signing bodies (alone and in
+//! batches) with in-process keys or a token that fails, committed on the embedded store through
+//! each signer process's own group commit (whose bodies panic now and then in some seeds), as
+//! the broadcasters' record updates and the gateway's submits and cancels are through theirs;
+//! the signer's rule for each endpoint's answer at start; in some seeds, a backlog of another
+//! chain's operations.
 //! The invariants of `check` are checked after every change of the chain and every settlement,
 //! and, once the faults stop, every operation must be terminal within a bound.
 //!

@@ -517,7 +517,7 @@ async fn work_on(world: &Rc<SolWorld>, name: &str, op: pb::Operation, rng: &mut 
         Action::Send(attempt) => {
             let at = system_time();
             let guard = Guard::Revision(op.revision);
-            if let Some(sending) = apply(world, name, &op, guard, move |o| {
+            if let Some(sending) = apply(world, name, &op.op_id, guard, move |o| {
                 record::record_sending(o, attempt, at)
             })
             .await
@@ -534,10 +534,11 @@ async fn work_on(world: &Rc<SolWorld>, name: &str, op: pb::Operation, rng: &mut 
             match ask_signer(&world.sign_jobs, &op.op_id, purpose, newest).await {
                 Ok(attempt) if attempt != newest => {
                     let at = system_time();
-                    if let Some(sending) = apply(world, name, &op, Guard::NotTerminal, move |o| {
-                        record::record_sending_new(o, attempt, at)
-                    })
-                    .await
+                    if let Some(sending) =
+                        apply(world, name, &op.op_id, Guard::NotTerminal, move |o| {
+                            record::record_sending_new(o, attempt, at)
+                        })
+                        .await
                     {
                         send(world, name, &sending, attempt, rng).await;
                     }
@@ -606,7 +607,7 @@ async fn send(
     ));
     let at = system_time();
     let label = endpoint.label().to_owned();
-    apply(world, name, op, Guard::NotTerminal, move |o| {
+    apply(world, name, &op.op_id, Guard::NotTerminal, move |o| {
         record::record_outcome(o, attempt, &label, &outcome, at);
         true
     })

@@ -986,3 +986,75 @@ async fn the_in_flight_gauge_counts_from_the_head_whatever_the_confirmation_dept
     let samples = scrape(stack.metrics_addr("signer-0")).await;
     assert_eq!(total(&samples, "sigcast_nonce_lag", &[]), 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_attempt_priced_under_the_head_s_base_fee_is_bumped_without_waiting_for_the_bump_period()
+{
+    // No bump by time within the test: only the chain's fees can prompt one.
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        fee_bump_after_ms: 3_600_000,
+        ..Default::default()
+    })
+    .await;
+    let node = node(&stack).await;
+    pause_mining(&node).await;
+    stack
+        .client()
+        .await
+        .submit_operation(transfer("priced-out", DEV[0], &recipient(0), 5_151))
+        .await
+        .unwrap();
+    let sent = wait_for(&stack, "priced-out", "sent", |op| accepted(op, "")).await;
+    assert!(
+        !sent.attempts[0].max_fee_per_gas.is_empty(),
+        "an EVM attempt records its fee cap: {sent:?}"
+    );
+    let signed_at: u128 = sent.attempts[0].max_fee_per_gas.parse().unwrap();
+    // The market moves past it: the next block's base fee is ten times the attempt's cap
+    // (as after a run of full blocks), and that block is mined without it.
+    node.read(
+        "anvil_setNextBlockBaseFeePerGas",
+        serde_json::json!([format!("0x{:x}", signed_at * 10)]),
+    )
+    .await
+    .unwrap();
+    mine(&node).await;
+    assert_eq!(
+        node.nonce(DEV[0].parse().unwrap()).await.unwrap(),
+        0,
+        "a block under a base fee above the attempt's cap does not hold it"
+    );
+    let bumped = wait_for(&stack, "priced-out", "fee-bumped", |op| {
+        accepted(op, "fee_bump")
+    })
+    .await;
+    let bump = bumped
+        .attempts
+        .iter()
+        .find(|a| a.reason == "fee_bump")
+        .unwrap();
+    let bump_cap: u128 = bump.max_fee_per_gas.parse().unwrap();
+    assert!(
+        bump_cap > signed_at * 10,
+        "the bump is priced over the head's base fee: {bump_cap} against {}",
+        signed_at * 10
+    );
+    mine(&node).await;
+    let done = wait_terminal(&stack, &["priced-out".into()], Duration::from_secs(60)).await;
+    let op = &done["priced-out"];
+    assert_eq!(
+        op.state(),
+        pb::OperationState::Confirmed,
+        "{}",
+        stack.logs()
+    );
+    assert_eq!(op.result.as_ref().unwrap().tx_id, bump.tx_id);
+    assert_eq!(
+        node.nonce(DEV[0].parse().unwrap()).await.unwrap(),
+        1,
+        "exactly one of its transactions landed"
+    );
+    let to: Address = recipient(0).parse().unwrap();
+    assert_eq!(node.balance(to).await.unwrap(), U256::from(5_151u64));
+}

@@ -540,6 +540,10 @@ pub async fn read_view(
         .request("eth_getBlockByNumber", json!(["latest", false]))
         .await?;
     let head = block_ref(endpoint, &latest)?;
+    // Malformed or absent (a chain without EIP-1559): unknown, which prompts nothing.
+    let base_fee = latest
+        .get("baseFeePerGas")
+        .and_then(sigcast_jsonrpc::quantity_u128);
     let account_nonce = nonce_at(endpoint, account, head.number).await.ok();
     let mut landed: Option<EvmLanded> = None;
     // While the account's nonce at the head has not passed ours, no attempt is in a block up
@@ -667,6 +671,7 @@ pub async fn read_view(
         endpoint: endpoint.label().to_owned(),
         head,
         account_nonce,
+        base_fee,
         landed,
     })
 }

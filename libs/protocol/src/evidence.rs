@@ -21,6 +21,9 @@ pub struct EvmView {
     pub head: BlockRef,
     /// The account's transaction count at `head`; `None` where it could not be read.
     pub account_nonce: Option<u64>,
+    /// The base fee per gas of the head block, in wei (EIP-1559); `None` where its header
+    /// carries none.
+    pub base_fee: Option<u128>,
     /// The transaction that used the operation's nonce, found by a receipt of one of its
     /// attempts or in the block where the account's nonce passed it; `None` where none was
     /// found (which proves nothing).

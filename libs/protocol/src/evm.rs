@@ -90,7 +90,7 @@ pub(crate) fn decide_sent(
     else {
         return Action::ReadMore(Why::Unreadable);
     };
-    in_flight(op, nonce, freshest.account_nonce, now, rules)
+    in_flight(op, nonce, freshest, now, rules)
 }
 
 /// The nonce is free on chain: replace if a replacement is due and can help, else send the
@@ -98,10 +98,11 @@ pub(crate) fn decide_sent(
 pub(crate) fn in_flight(
     op: &pb::Operation,
     nonce: u64,
-    account_nonce: Option<u64>,
+    view: &EvmView,
     now: SystemTime,
     rules: &Rules,
 ) -> Action {
+    let account_nonce = view.account_nonce;
     let Some(newest) = op.attempts.last() else {
         return Action::Wait(Why::NoAttempt);
     };
@@ -156,11 +157,24 @@ pub(crate) fn in_flight(
         // Only the account's next nonce is held up by its fees; behind an earlier nonce a bump
         // cannot help. An attempt without a recorded send time has not waited at all.
         let waited = first_sent(newest).is_some_and(|t| now >= t + after);
-        if waited && !held_at_cap && account_nonce == Some(nonce) {
+        // Priced out: the head's base fee is above the most the newest attempt pays, so no
+        // block like the head can hold it, and waiting out the bump period would hold the
+        // account up for nothing (a backlog signed before a run of full blocks, say).
+        let priced_out = first_sent(newest).is_some()
+            && view
+                .base_fee
+                .zip(max_fee_per_gas(newest))
+                .is_some_and(|(base_fee, max_fee)| base_fee > max_fee);
+        if (waited || priced_out) && !held_at_cap && account_nonce == Some(nonce) {
             return Action::Replace(Replacement::FeeBump);
         }
     }
     resend_when_due(target, now, rules)
+}
+
+/// The most `attempt` pays per gas, where it was recorded.
+fn max_fee_per_gas(attempt: &pb::Attempt) -> Option<u128> {
+    attempt.max_fee_per_gas.parse().ok()
 }
 
 /// The attempt that goes out again: the newest that may still land.

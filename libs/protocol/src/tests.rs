@@ -45,6 +45,8 @@ fn attempt(
         sends: 1,
         may_land,
         fee_cap_time: None,
+        // 2 gwei: under a base fee of 1 gwei with room to double.
+        max_fee_per_gas: "2000000000".into(),
     }
 }
 
@@ -88,6 +90,7 @@ fn view(endpoint: &str, head_number: u64, nonce: Option<u64>, landed: Option<&st
         endpoint: endpoint.into(),
         head: head(head_number),
         account_nonce: nonce,
+        base_fee: Some(1_000_000_000),
         landed: landed.map(|tx| EvmLanded {
             tx: tx.into(),
             block: BlockRef {
@@ -431,6 +434,78 @@ fn a_first_send_refused_for_its_fees_is_bumped_and_refused_throughout_is_gap_fil
         Action::Replace(Replacement::GapFill),
         "refused for anything but fees: filled at once"
     );
+}
+
+#[test]
+fn an_attempt_priced_under_the_head_s_base_fee_is_bumped_without_waiting() {
+    // Its cap is 2 gwei; sent at 0 s, read at 5 s, long before the 60 s bump period.
+    let op = evm_op(vec![accepted(1, 0)]);
+    let read = |account_nonce: u64, base_fee: Option<u128>| {
+        let mut view = view("http://a:1", 50, Some(account_nonce), None);
+        view.base_fee = base_fee;
+        evm(vec![view])
+    };
+    let priced_out = read(7, Some(2_000_000_001));
+    let waiting = decide(&op, &read(7, None), at(5), &rules());
+    assert!(
+        matches!(waiting, Action::Wait(_) | Action::Send(_)),
+        "{waiting:?}"
+    );
+    assert_eq!(
+        decide(&op, &priced_out, at(5), &rules()),
+        Action::Replace(Replacement::FeeBump)
+    );
+    assert_eq!(
+        decide(&op, &read(7, Some(2_000_000_000)), at(5), &rules()),
+        waiting,
+        "a base fee at its cap can still include it"
+    );
+    assert_eq!(
+        decide(&op, &read(5, Some(2_000_000_001)), at(5), &rules()),
+        waiting,
+        "nonces 5 and 6 are not in yet: a bump of 7 cannot help"
+    );
+    let mut unrecorded = op.clone();
+    unrecorded.attempts[0].max_fee_per_gas.clear();
+    assert_eq!(
+        decide(&unrecorded, &priced_out, at(5), &rules()),
+        decide(&unrecorded, &read(7, None), at(5), &rules()),
+        "an attempt signed before its cap was recorded waits for the bump period"
+    );
+    let mut held = op.clone();
+    held.attempts[0].fee_cap_time = Some(at(1).into());
+    assert!(
+        !matches!(
+            decide(&held, &priced_out, at(5), &rules()),
+            Action::Replace(_)
+        ),
+        "the signer refused a bump at the chain's fee cap a moment ago"
+    );
+    let mut unsent = op.clone();
+    unsent.attempts[0].send_time = None;
+    unsent.attempts[0].last_send_time = None;
+    unsent.attempts[0].outcome_time = None;
+    assert_eq!(
+        decide(&unsent, &priced_out, at(5), &rules()),
+        Action::Send(1),
+        "never sent: send it, do not bump it"
+    );
+    let used_up = evm_op(vec![accepted(1, 0), accepted(2, 1), accepted(3, 2)]);
+    assert!(
+        !matches!(
+            decide(&used_up, &priced_out, at(5), &rules()),
+            Action::Replace(_)
+        ),
+        "two bumps made, two allowed"
+    );
+    let off = Rules {
+        fee_bump_after: None,
+        ..rules()
+    };
+    assert!(!matches!(
+        decide(&op, &priced_out, at(5), &off),
+        Action::Replace(_)
+    ));
 }
 
 #[test]

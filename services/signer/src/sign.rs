@@ -206,16 +206,20 @@ impl EvmChain {
 
     /// Fees for a new transaction now, of the configured type (read at most once a second).
     async fn current_fees(&self) -> sigcast_jsonrpc::Result<Fees> {
-        self.fees
-            .get(|| async {
-                Ok(match self.tx_type {
-                    TxType::Eip1559 => self.pool.eip1559_fees().await?,
-                    TxType::Legacy => Fees::Legacy {
-                        gas_price: self.pool.gas_price().await?,
-                    },
-                })
-            })
-            .await
+        self.fees.get(|| self.read_fees()).await
+    }
+
+    /// Fees for a new transaction, read from the chain now. A replacement is signed with
+    /// these: it is asked for because fees moved (a head whose base fee is above the newest
+    /// attempt's cap, or a bump period without inclusion), and fees kept for up to a second
+    /// may be from before that head: a bump priced under it would be a bump spent for nothing.
+    async fn read_fees(&self) -> sigcast_jsonrpc::Result<Fees> {
+        Ok(match self.tx_type {
+            TxType::Eip1559 => self.pool.eip1559_fees().await?,
+            TxType::Legacy => Fees::Legacy {
+                gas_price: self.pool.gas_price().await?,
+            },
+        })
     }
 }
 
@@ -980,6 +984,7 @@ pub fn sign_initial_evm(
         number: 1,
         tx_id: signed.hash.to_string(),
         outcome: pb::AttemptOutcome::Pending.into(),
+        max_fee_per_gas: params.fees.max_per_gas().to_string(),
         ..Default::default()
     }];
     operations::put(tx, &r.root, Some(&stored), &mut op, r.now)?;
@@ -1075,7 +1080,7 @@ impl Signer {
             chain,
         } = self.resolve(&op)?;
         self.ensure_verified(op_id, chain_id, chain).await?;
-        let current = chain.current_fees().await.map_err(|source| Error::Chain {
+        let current = chain.read_fees().await.map_err(|source| Error::Chain {
             op_id: op_id.to_owned(),
             source,
         })?;
@@ -1245,6 +1250,7 @@ pub fn sign_replacement_evm(
         tx_id: signed.hash.to_string(),
         outcome: pb::AttemptOutcome::Pending.into(),
         reason: r.kind.reason().into(),
+        max_fee_per_gas: r.params.fees.max_per_gas().to_string(),
         ..Default::default()
     });
     operations::put(tx, &r.root, Some(&stored), &mut op, r.now)?;

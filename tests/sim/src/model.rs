@@ -287,6 +287,8 @@ impl Model {
             endpoint: ENDPOINT.into(),
             head,
             account_nonce: Some(u64::from(landed.is_some())),
+            // The model has no fee market: no attempt is priced out.
+            base_fee: None,
             landed: match (landed, read) {
                 (None, _) | (Some(_), Read::NothingFound) => None,
                 (Some((tx, number)), _) => {

@@ -129,7 +129,7 @@ class SolanaAccountMeta(_message.Message):
     def __init__(self, pubkey: _Optional[str] = ..., is_signer: _Optional[bool] = ..., is_writable: _Optional[bool] = ...) -> None: ...
 
 class Attempt(_message.Message):
-    __slots__ = ("number", "tx_id", "endpoint", "outcome", "send_time", "outcome_time", "reason", "sends", "last_send_time", "may_land", "fee_cap_time")
+    __slots__ = ("number", "tx_id", "endpoint", "outcome", "send_time", "outcome_time", "reason", "sends", "last_send_time", "may_land", "fee_cap_time", "max_fee_per_gas")
     NUMBER_FIELD_NUMBER: _ClassVar[int]
     TX_ID_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
@@ -141,6 +141,7 @@ class Attempt(_message.Message):
     LAST_SEND_TIME_FIELD_NUMBER: _ClassVar[int]
     MAY_LAND_FIELD_NUMBER: _ClassVar[int]
     FEE_CAP_TIME_FIELD_NUMBER: _ClassVar[int]
+    MAX_FEE_PER_GAS_FIELD_NUMBER: _ClassVar[int]
     number: int
     tx_id: str
     endpoint: str
@@ -152,7 +153,8 @@ class Attempt(_message.Message):
     last_send_time: _timestamp_pb2.Timestamp
     may_land: bool
     fee_cap_time: _timestamp_pb2.Timestamp
-    def __init__(self, number: _Optional[int] = ..., tx_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., send_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., sends: _Optional[int] = ..., last_send_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., may_land: _Optional[bool] = ..., fee_cap_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    max_fee_per_gas: str
+    def __init__(self, number: _Optional[int] = ..., tx_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., send_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., sends: _Optional[int] = ..., last_send_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., may_land: _Optional[bool] = ..., fee_cap_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_fee_per_gas: _Optional[str] = ...) -> None: ...
 
 class EvmSigning(_message.Message):
     __slots__ = ("nonce",)

@@ -391,6 +391,15 @@ export declare type Attempt = Message<"sigcast.v1.Attempt"> & {
    * @generated from field: google.protobuf.Timestamp fee_cap_time = 11;
    */
   feeCapTime?: Timestamp;
+
+  /**
+   * EVM: the most the attempt pays per gas (its maxFeePerGas, or a legacy transaction's gas
+   * price), in wei, as a decimal string. A block whose base fee is above it cannot hold it.
+   * Empty for Solana, and for attempts signed before sigcast recorded it.
+   *
+   * @generated from field: string max_fee_per_gas = 12;
+   */
+  maxFeePerGas: string;
 };
 
 /**

@@ -1051,6 +1051,11 @@ async fn an_attempt_priced_under_the_head_s_base_fee_is_bumped_without_waiting_f
     );
     assert_eq!(op.result.as_ref().unwrap().tx_id, bump.tx_id);
     assert_eq!(
+        op.attempts.len(),
+        2,
+        "one bump: priced over the head, it is not bumped again"
+    );
+    assert_eq!(
         node.nonce(DEV[0].parse().unwrap()).await.unwrap(),
         1,
         "exactly one of its transactions landed"

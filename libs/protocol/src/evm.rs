@@ -159,8 +159,11 @@ pub(crate) fn in_flight(
         let waited = first_sent(newest).is_some_and(|t| now >= t + after);
         // Priced out: the head's base fee is above the most the newest attempt pays, so no
         // block like the head can hold it, and waiting out the bump period would hold the
-        // account up for nothing (a backlog signed before a run of full blocks, say).
-        let priced_out = first_sent(newest).is_some()
+        // account up for nothing (a backlog signed before a run of full blocks, say). Each
+        // attempt is first given a rebroadcast period: a bump of a moment ago, priced from
+        // fees an endpoint behind this head answered, may be under it too, and a lagging or
+        // lying endpoint must not spend every bump in seconds.
+        let priced_out = first_sent(newest).is_some_and(|t| now >= t + rules.rebroadcast_after)
             && view
                 .base_fee
                 .zip(max_fee_per_gas(newest))

@@ -45,7 +45,7 @@ fn attempt(
         sends: 1,
         may_land,
         fee_cap_time: None,
-        // 2 gwei: under a base fee of 1 gwei with room to double.
+        // 2 gwei: over a base fee of 1 gwei, with room for it to double.
         max_fee_per_gas: "2000000000".into(),
     }
 }
@@ -438,7 +438,8 @@ fn a_first_send_refused_for_its_fees_is_bumped_and_refused_throughout_is_gap_fil
 
 #[test]
 fn an_attempt_priced_under_the_head_s_base_fee_is_bumped_without_waiting() {
-    // Its cap is 2 gwei; sent at 0 s, read at 5 s, long before the 60 s bump period.
+    // Its cap is 2 gwei; sent at 0 s, read at 10 s: past a rebroadcast period (6 s), long
+    // before the 60 s bump period.
     let op = evm_op(vec![accepted(1, 0)]);
     let read = |account_nonce: u64, base_fee: Option<u128>| {
         let mut view = view("http://a:1", 50, Some(account_nonce), None);
@@ -446,54 +447,79 @@ fn an_attempt_priced_under_the_head_s_base_fee_is_bumped_without_waiting() {
         evm(vec![view])
     };
     let priced_out = read(7, Some(2_000_000_001));
-    let waiting = decide(&op, &read(7, None), at(5), &rules());
+    let waiting = decide(&op, &read(7, None), at(10), &rules());
     assert!(
         matches!(waiting, Action::Wait(_) | Action::Send(_)),
         "{waiting:?}"
     );
     assert_eq!(
-        decide(&op, &priced_out, at(5), &rules()),
+        decide(&op, &priced_out, at(10), &rules()),
         Action::Replace(Replacement::FeeBump)
     );
     assert_eq!(
-        decide(&op, &read(7, Some(2_000_000_000)), at(5), &rules()),
+        decide(&op, &read(7, Some(2_000_000_000)), at(10), &rules()),
         waiting,
         "a base fee at its cap can still include it"
     );
     assert_eq!(
-        decide(&op, &read(5, Some(2_000_000_001)), at(5), &rules()),
+        decide(&op, &read(5, Some(2_000_000_001)), at(10), &rules()),
         waiting,
         "nonces 5 and 6 are not in yet: a bump of 7 cannot help"
     );
+    assert_eq!(
+        decide(&op, &priced_out, at(5), &rules()),
+        decide(&op, &read(7, None), at(5), &rules()),
+        "sent 5 s ago: a rebroadcast period first"
+    );
+    // The newest attempt's cap is what counts: a bump at 6 gwei over a 3 gwei head stands.
+    let mut bumped = evm_op(vec![accepted(1, 0), accepted(2, 1)]);
+    bumped.attempts[1].max_fee_per_gas = "6000000000".into();
+    let at_3_gwei = read(7, Some(3_000_000_000));
+    assert!(
+        !matches!(
+            decide(&bumped, &at_3_gwei, at(10), &rules()),
+            Action::Replace(_)
+        ),
+        "the newest attempt pays more than the head asks"
+    );
+    bumped.attempts[1].max_fee_per_gas = "2500000000".into();
+    assert_eq!(
+        decide(&bumped, &at_3_gwei, at(10), &rules()),
+        Action::Replace(Replacement::FeeBump)
+    );
+    // Of two views, the one at the higher head is read: its base fee decides.
+    let two = |fresher_base_fee: u128| {
+        let mut older = view("http://a:1", 50, Some(7), None);
+        older.base_fee = Some(1_000_000_000);
+        let mut fresher = view("http://b:1", 51, Some(7), None);
+        fresher.base_fee = Some(fresher_base_fee);
+        evm(vec![older, fresher])
+    };
+    assert_eq!(
+        decide(&op, &two(2_000_000_001), at(10), &rules()),
+        Action::Replace(Replacement::FeeBump)
+    );
+    assert_eq!(decide(&op, &two(1_000_000_000), at(10), &rules()), waiting);
     let mut unrecorded = op.clone();
     unrecorded.attempts[0].max_fee_per_gas.clear();
     assert_eq!(
-        decide(&unrecorded, &priced_out, at(5), &rules()),
-        decide(&unrecorded, &read(7, None), at(5), &rules()),
+        decide(&unrecorded, &priced_out, at(10), &rules()),
+        decide(&unrecorded, &read(7, None), at(10), &rules()),
         "an attempt signed before its cap was recorded waits for the bump period"
     );
     let mut held = op.clone();
-    held.attempts[0].fee_cap_time = Some(at(1).into());
+    held.attempts[0].fee_cap_time = Some(at(8).into());
     assert!(
         !matches!(
-            decide(&held, &priced_out, at(5), &rules()),
+            decide(&held, &priced_out, at(10), &rules()),
             Action::Replace(_)
         ),
         "the signer refused a bump at the chain's fee cap a moment ago"
     );
-    let mut unsent = op.clone();
-    unsent.attempts[0].send_time = None;
-    unsent.attempts[0].last_send_time = None;
-    unsent.attempts[0].outcome_time = None;
-    assert_eq!(
-        decide(&unsent, &priced_out, at(5), &rules()),
-        Action::Send(1),
-        "never sent: send it, do not bump it"
-    );
     let used_up = evm_op(vec![accepted(1, 0), accepted(2, 1), accepted(3, 2)]);
     assert!(
         !matches!(
-            decide(&used_up, &priced_out, at(5), &rules()),
+            decide(&used_up, &priced_out, at(10), &rules()),
             Action::Replace(_)
         ),
         "two bumps made, two allowed"
@@ -503,7 +529,7 @@ fn an_attempt_priced_under_the_head_s_base_fee_is_bumped_without_waiting() {
         ..rules()
     };
     assert!(!matches!(
-        decide(&op, &priced_out, at(5), &off),
+        decide(&op, &priced_out, at(10), &off),
         Action::Replace(_)
     ));
 }

@@ -114,22 +114,39 @@ impl<T> Default for Fresh<T> {
 }
 
 struct FreshState<T> {
-    /// The last value read, and when.
+    /// The last value read, and when its read began.
     value: Option<(std::time::Instant, T)>,
     /// The last read that failed: when it ended, and why.
     failed: Option<(std::time::Instant, String)>,
 }
 
 impl<T: Copy> Fresh<T> {
+    /// The value, read at most once every [`CHAIN_READS_FRESH_FOR`].
     async fn get<F>(&self, read: impl FnOnce() -> F) -> sigcast_jsonrpc::Result<T>
+    where
+        F: std::future::Future<Output = sigcast_jsonrpc::Result<T>>,
+    {
+        let now = std::time::Instant::now();
+        let not_before = now.checked_sub(CHAIN_READS_FRESH_FOR).unwrap_or(now);
+        self.get_read_since(not_before, read).await
+    }
+
+    /// The value from a read begun at `not_before` or later: one begun before is not reused.
+    /// Callers at the same moment still share one read, and the value read is kept for
+    /// [`Fresh::get`]'s callers.
+    async fn get_read_since<F>(
+        &self,
+        not_before: std::time::Instant,
+        read: impl FnOnce() -> F,
+    ) -> sigcast_jsonrpc::Result<T>
     where
         F: std::future::Future<Output = sigcast_jsonrpc::Result<T>>,
     {
         let asked = std::time::Instant::now();
         // Held across the read: whoever comes meanwhile waits for its answer.
         let mut state = self.state.lock().await;
-        if let Some((at, value)) = state.value
-            && at.elapsed() < CHAIN_READS_FRESH_FOR
+        if let Some((began, value)) = state.value
+            && began >= not_before
         {
             return Ok(value);
         }
@@ -141,9 +158,10 @@ impl<T: Copy> Fresh<T> {
         {
             return Err(sigcast_jsonrpc::Error::Shared(why.clone()));
         }
+        let began = std::time::Instant::now();
         match read().await {
             Ok(value) => {
-                state.value = Some((std::time::Instant::now(), value));
+                state.value = Some((began, value));
                 Ok(value)
             }
             Err(error) => {
@@ -209,10 +227,18 @@ impl EvmChain {
         self.fees.get(|| self.read_fees()).await
     }
 
-    /// Fees for a new transaction, read from the chain now. A replacement is signed with
+    /// Fees read since this call began (replacements at the same moment share one read, and
+    /// the next second's new transactions are signed with it). A replacement is signed with
     /// these: it is asked for because fees moved (a head whose base fee is above the newest
     /// attempt's cap, or a bump period without inclusion), and fees kept for up to a second
     /// may be from before that head: a bump priced under it would be a bump spent for nothing.
+    async fn fees_read_now(&self) -> sigcast_jsonrpc::Result<Fees> {
+        self.fees
+            .get_read_since(std::time::Instant::now(), || self.read_fees())
+            .await
+    }
+
+    /// Fees for a new transaction, as the chain answers them now.
     async fn read_fees(&self) -> sigcast_jsonrpc::Result<Fees> {
         Ok(match self.tx_type {
             TxType::Eip1559 => self.pool.eip1559_fees().await?,
@@ -1080,7 +1106,7 @@ impl Signer {
             chain,
         } = self.resolve(&op)?;
         self.ensure_verified(op_id, chain_id, chain).await?;
-        let current = chain.read_fees().await.map_err(|source| Error::Chain {
+        let current = chain.fees_read_now().await.map_err(|source| Error::Chain {
             op_id: op_id.to_owned(),
             source,
         })?;
@@ -1630,6 +1656,28 @@ mod fresh_tests {
         // A caller after the failure is not answered with it: it reads.
         let value = fresh.get(|| async { Ok(9) }).await.unwrap();
         assert_eq!(value, 9);
+    }
+
+    #[tokio::test]
+    async fn a_value_read_before_a_caller_asked_since_is_read_again_and_kept() {
+        let fresh = Fresh::<u64>::default();
+        let reads = AtomicU32::new(0);
+        let read = |value: u64| {
+            let reads = &reads;
+            move || async move {
+                reads.fetch_add(1, Ordering::SeqCst);
+                Ok(value)
+            }
+        };
+        assert_eq!(fresh.get(read(7)).await.unwrap(), 7);
+        assert_eq!(fresh.get(read(8)).await.unwrap(), 7, "fresh for a second");
+        let asked = std::time::Instant::now();
+        assert_eq!(fresh.get_read_since(asked, read(9)).await.unwrap(), 9);
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+        // Read after `asked`: fresh for a caller who asked then, and kept for the others.
+        assert_eq!(fresh.get_read_since(asked, read(10)).await.unwrap(), 9);
+        assert_eq!(fresh.get(read(11)).await.unwrap(), 9);
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]

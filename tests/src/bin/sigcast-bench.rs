@@ -270,7 +270,7 @@ async fn head(url: &str) -> u64 {
 }
 
 /// How full the blocks `from..=to` are: transactions per block, mean (min–max), over how many
-/// blocks, and the base fee they were mined at. A block of anvil's default gas limit holds at
+/// blocks, each block's in order, and the base fee they were mined at. A block of anvil's default gas limit holds at
 /// most 1,428 transfers: a run whose blocks are full is bounded by the chain, not by who sends.
 async fn block_fill(url: &str, from: u64, to: u64) -> String {
     let pool = RpcPool::new(&[url.to_owned()], Duration::from_secs(10)).unwrap();
@@ -318,9 +318,12 @@ async fn block_fill(url: &str, from: u64, to: u64) -> String {
         ),
         _ => "base fee not given".to_owned(),
     };
+    // In order: where a run lost blocks (its start, a stall in the middle, its tail).
+    let each: Vec<String> = blocks.iter().map(|&(n, _)| n.to_string()).collect();
     format!(
-        "{mean:.0} ({min}–{max}) over {} blocks, {fees}",
-        blocks.len()
+        "{mean:.0} ({min}–{max}) over {} blocks [{}], {fees}",
+        blocks.len(),
+        each.join(" ")
     )
 }
 

@@ -1233,12 +1233,14 @@ async fn run(args: Args) -> Result<(), String> {
         .await
         .unwrap();
     let mut health_client = tonic_health::pb::health_client::HealthClient::new(channel);
-    // Past the run's operations, the same ones again: each is still a replay.
+    let mut replay_client = client.clone();
+    // Past the run's operations, the same ones again: each is still a replay. Each request is
+    // made before its timer starts, as the health check's is.
     for (i, id) in ids.iter().enumerate().cycle().take(args.replays) {
+        let request = transfer(args.chain, id, &senders[i % args.accounts], i);
         let t = Instant::now();
-        let replayed = client
-            .clone()
-            .submit_operation(transfer(args.chain, id, &senders[i % args.accounts], i))
+        let replayed = replay_client
+            .submit_operation(request)
             .await
             .unwrap()
             .into_inner()

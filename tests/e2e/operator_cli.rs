@@ -108,6 +108,13 @@ async fn the_operator_cli_inspects_watches_audits_reconciles_and_cancels() {
         attempts.contains(op.attempts[0].tx_id.as_str()) && attempts.contains("ACCEPTED"),
         "{attempts}"
     );
+    // The most the attempt pays per gas, beside what an operator compares it with.
+    let cap: u128 = op.attempts[0].max_fee_per_gas.parse().unwrap();
+    assert!(cap > 0, "{op:?}");
+    assert!(
+        attempts.contains("MAX FEE/GAS") && attempts.contains(" gwei"),
+        "{attempts}"
+    );
 
     // audit: the signer's record of the one signature.
     let audit = json(&stack, &["audit", "cli-a"]);

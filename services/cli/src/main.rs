@@ -164,7 +164,7 @@ enum OpCommand {
         /// Its op_id.
         op_id: String,
     },
-    /// An operation's attempts: number, transaction, endpoint, outcome, why.
+    /// An operation's attempts: number, transaction, why, outcome, endpoint, when sent, max fee per gas.
     Attempts {
         /// Its op_id.
         op_id: String,

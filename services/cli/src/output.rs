@@ -42,6 +42,21 @@ fn time(t: Option<&prost_types::Timestamp>) -> String {
     })
 }
 
+/// An amount of wei per gas (a decimal string) in gwei, as operators compare it with a base
+/// fee: "3 gwei", "1.25 gwei"; empty where none was recorded (Solana, older attempts).
+fn gwei(wei: &str) -> String {
+    let Ok(wei) = wei.parse::<u128>() else {
+        return String::new();
+    };
+    let (whole, fraction) = (wei / 1_000_000_000, wei % 1_000_000_000);
+    if fraction == 0 {
+        format!("{whole} gwei")
+    } else {
+        let fraction = format!("{fraction:09}");
+        format!("{whole}.{} gwei", fraction.trim_end_matches('0'))
+    }
+}
+
 fn table(header: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
@@ -188,10 +203,22 @@ impl Output {
                         .to_owned(),
                     a.endpoint.clone(),
                     time(a.send_time.as_ref()),
+                    gwei(&a.max_fee_per_gas),
                 ]
             })
             .collect();
-        table(&["#", "TX", "WHY", "OUTCOME", "ENDPOINT", "SENT"], &rows);
+        table(
+            &[
+                "#",
+                "TX",
+                "WHY",
+                "OUTCOME",
+                "ENDPOINT",
+                "SENT",
+                "MAX FEE/GAS",
+            ],
+            &rows,
+        );
         Ok(())
     }
 
@@ -319,5 +346,20 @@ mod time_tests {
         assert_eq!(at(951_782_400, 999_999_999), "2000-02-29T00:00:00Z");
         assert_eq!(at(1_764_654_599, 1), "2025-12-02T05:49:59Z");
         assert_eq!(time(None), "");
+    }
+}
+
+#[cfg(test)]
+mod gwei_tests {
+    use super::gwei;
+
+    #[test]
+    fn fees_per_gas_print_in_gwei_without_trailing_zeros() {
+        assert_eq!(gwei("3000000000"), "3 gwei");
+        assert_eq!(gwei("1250000000"), "1.25 gwei");
+        assert_eq!(gwei("7"), "0.000000007 gwei");
+        assert_eq!(gwei("0"), "0 gwei");
+        assert_eq!(gwei(""), "", "none recorded");
+        assert_eq!(gwei("not a number"), "");
     }
 }

@@ -108,12 +108,18 @@ async fn the_operator_cli_inspects_watches_audits_reconciles_and_cancels() {
         attempts.contains(op.attempts[0].tx_id.as_str()) && attempts.contains("ACCEPTED"),
         "{attempts}"
     );
-    // The most the attempt pays per gas, beside what an operator compares it with.
+    // The most the attempt pays per gas, in gwei, on its own row.
     let cap: u128 = op.attempts[0].max_fee_per_gas.parse().unwrap();
     assert!(cap > 0, "{op:?}");
+    let row = attempts
+        .lines()
+        .find(|line| line.contains(op.attempts[0].tx_id.as_str()))
+        .unwrap();
+    let whole = cap / 1_000_000_000;
     assert!(
-        attempts.contains("MAX FEE/GAS") && attempts.contains(" gwei"),
-        "{attempts}"
+        attempts.contains("MAX FEE/GAS")
+            && (row.contains(&format!(" {whole} gwei")) || row.contains(&format!(" {whole}."))),
+        "{cap} wei per gas is not on its row: {attempts}"
     );
 
     // audit: the signer's record of the one signature.

@@ -541,9 +541,7 @@ pub async fn read_view(
         .await?;
     let head = block_ref(endpoint, &latest)?;
     // Malformed or absent (a chain without EIP-1559): unknown, which prompts nothing.
-    let base_fee = latest
-        .get("baseFeePerGas")
-        .and_then(sigcast_jsonrpc::quantity_u128);
+    let base_fee = crate::base_fee(&latest);
     let account_nonce = nonce_at(endpoint, account, head.number).await.ok();
     let mut landed: Option<EvmLanded> = None;
     // While the account's nonce at the head has not passed ours, no attempt is in a block up

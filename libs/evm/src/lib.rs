@@ -14,7 +14,7 @@ mod wire;
 
 pub use classify::{SendClass, classify_send_error, send_outcome};
 pub use error::{Error, Result, RpcError};
-pub use rpc::{EvmRpc, Receipt};
+pub use rpc::{EvmRpc, Receipt, base_fee, eip1559_fees_from};
 pub use sigcast_jsonrpc::{RpcPool, SendAttempt};
 pub use tx::{
     DecodedTx, FeeLimits, Fees, SignedTx, TxParams, UnsignedTx, build_transaction, decode_signed,

@@ -121,10 +121,7 @@ impl EvmRpc {
         let block = self
             .read("eth_getBlockByNumber", json!(["latest", false]))
             .await?;
-        let base = block
-            .get("baseFeePerGas")
-            .and_then(quantity_u128)
-            .unwrap_or(0);
+        let base = base_fee(&block).unwrap_or(0);
         let tip = match self.read("eth_maxPriorityFeePerGas", json!([])).await {
             Ok(value) => quantity_u128(&value).unwrap_or(1_000_000_000),
             Err(_) => 1_000_000_000,
@@ -190,10 +187,16 @@ pub(crate) fn parse_receipt(value: &Value) -> Option<Receipt> {
     })
 }
 
+/// A block's base fee per gas (`baseFeePerGas`), in wei; `None` where the header carries none
+/// (a chain before EIP-1559) or a malformed one.
+pub fn base_fee(block: &Value) -> Option<u128> {
+    block.get("baseFeePerGas").and_then(quantity_u128)
+}
+
 /// Fees for a new EIP-1559 transaction from a node's base fee and tip: room for the base fee
 /// to double, plus the tip. Saturating: the numbers come from a node, and a wrapped sum would
 /// sign a transaction far below what was asked (the signer caps it in any case).
-pub(crate) fn eip1559_fees_from(base: u128, tip: u128) -> crate::Fees {
+pub fn eip1559_fees_from(base: u128, tip: u128) -> crate::Fees {
     crate::Fees::Eip1559 {
         max_fee_per_gas: base.saturating_mul(2).saturating_add(tip),
         max_priority_fee_per_gas: tip,

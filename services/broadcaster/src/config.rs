@@ -43,7 +43,8 @@ pub struct Config {
     pub check_after_ms: u64,
     /// How long an attempt may wait for inclusion before a replacement with higher fees is
     /// signed at the same nonce, in milliseconds (after `rebroadcast_ms` when the head's base
-    /// fee is above the attempt's fee cap); 0 turns fee bumps off.
+    /// fee is above the attempt's fee cap); 0 turns both off (a send the node refuses as
+    /// underpriced is still bumped).
     pub fee_bump_after_ms: u64,
     /// Most fee bumps of one operation (the signer also caps the fees of each).
     pub max_fee_bumps: u32,

@@ -99,40 +99,45 @@ const CHAIN_READS_FRESH_FOR: Duration = Duration::from_secs(1);
 /// (a batch of signatures, or concurrent calls, asked the node once each before any had
 /// filled the cache).
 struct Fresh<T> {
-    state: tokio::sync::Mutex<FreshState<T>>,
+    /// The last value read.
+    value: std::sync::Mutex<Option<Read<T>>>,
+    /// The last read that failed: when it ended, and why.
+    failed: std::sync::Mutex<Option<(std::time::Instant, String)>>,
+    /// Held across a read: reads take turns, and whoever waits for one finds its answer.
+    /// A caller content with the value kept never waits here.
+    reading: tokio::sync::Mutex<()>,
 }
 
 impl<T> Default for Fresh<T> {
     fn default() -> Self {
         Self {
-            state: tokio::sync::Mutex::new(FreshState {
-                value: None,
-                failed: None,
-            }),
+            value: std::sync::Mutex::new(None),
+            failed: std::sync::Mutex::new(None),
+            reading: tokio::sync::Mutex::new(()),
         }
     }
 }
 
-struct FreshState<T> {
-    /// The last value read, and when its read began.
-    value: Option<(std::time::Instant, T)>,
-    /// The last read that failed: when it ended, and why.
-    failed: Option<(std::time::Instant, String)>,
+/// A value read, with when its read began and ended.
+#[derive(Clone, Copy)]
+struct Read<T> {
+    began: std::time::Instant,
+    ended: std::time::Instant,
+    value: T,
 }
 
 impl<T: Copy> Fresh<T> {
-    /// The value, read at most once every [`CHAIN_READS_FRESH_FOR`].
+    /// The value, read at most once every [`CHAIN_READS_FRESH_FOR`] (from the end of its read).
     async fn get<F>(&self, read: impl FnOnce() -> F) -> sigcast_jsonrpc::Result<T>
     where
         F: std::future::Future<Output = sigcast_jsonrpc::Result<T>>,
     {
-        let now = std::time::Instant::now();
-        let not_before = now.checked_sub(CHAIN_READS_FRESH_FOR).unwrap_or(now);
-        self.get_read_since(not_before, read).await
+        self.get_where(|kept| kept.ended.elapsed() < CHAIN_READS_FRESH_FOR, read)
+            .await
     }
 
     /// The value from a read begun at `not_before` or later: one begun before is not reused.
-    /// Callers at the same moment still share one read, and the value read is kept for
+    /// Callers waiting for the same read share it, and the value read is kept for
     /// [`Fresh::get`]'s callers.
     async fn get_read_since<F>(
         &self,
@@ -142,18 +147,37 @@ impl<T: Copy> Fresh<T> {
     where
         F: std::future::Future<Output = sigcast_jsonrpc::Result<T>>,
     {
+        self.get_where(|kept| kept.began >= not_before, read).await
+    }
+
+    async fn get_where<F>(
+        &self,
+        fresh: impl Fn(&Read<T>) -> bool,
+        read: impl FnOnce() -> F,
+    ) -> sigcast_jsonrpc::Result<T>
+    where
+        F: std::future::Future<Output = sigcast_jsonrpc::Result<T>>,
+    {
+        let kept = || {
+            self.value
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .filter(|kept| fresh(kept))
+                .map(|kept| kept.value)
+        };
+        if let Some(value) = kept() {
+            return Ok(value);
+        }
         let asked = std::time::Instant::now();
-        // Held across the read: whoever comes meanwhile waits for its answer.
-        let mut state = self.state.lock().await;
-        if let Some((began, value)) = state.value
-            && began >= not_before
-        {
+        let _turn = self.reading.lock().await;
+        // Read by the caller this one waited for.
+        if let Some(value) = kept() {
             return Ok(value);
         }
         // A read that failed while this caller waited: its answer is this caller's too (a
         // node that is down is not asked once more, one timeout after another, per waiting
         // caller).
-        if let Some((at, why)) = &state.failed
+        if let Some((at, why)) = &*self.failed.lock().unwrap_or_else(|p| p.into_inner())
             && *at >= asked
         {
             return Err(sigcast_jsonrpc::Error::Shared(why.clone()));
@@ -161,11 +185,16 @@ impl<T: Copy> Fresh<T> {
         let began = std::time::Instant::now();
         match read().await {
             Ok(value) => {
-                state.value = Some((began, value));
+                *self.value.lock().unwrap_or_else(|p| p.into_inner()) = Some(Read {
+                    began,
+                    ended: std::time::Instant::now(),
+                    value,
+                });
                 Ok(value)
             }
             Err(error) => {
-                state.failed = Some((std::time::Instant::now(), error.to_string()));
+                *self.failed.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some((std::time::Instant::now(), error.to_string()));
                 Err(error)
             }
         }
@@ -227,7 +256,7 @@ impl EvmChain {
         self.fees.get(|| self.read_fees()).await
     }
 
-    /// Fees read since this call began (replacements at the same moment share one read, and
+    /// Fees read since this call began (replacements waiting for the same read share it, and
     /// the next second's new transactions are signed with it). A replacement is signed with
     /// these: it is asked for because fees moved (a head whose base fee is above the newest
     /// attempt's cap, or a bump period without inclusion), and fees kept for up to a second
@@ -1678,6 +1707,38 @@ mod fresh_tests {
         assert_eq!(fresh.get_read_since(asked, read(10)).await.unwrap(), 9);
         assert_eq!(fresh.get(read(11)).await.unwrap(), 9);
         assert_eq!(reads.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_kept_value_is_answered_while_a_read_since_runs() {
+        let fresh = Arc::new(Fresh::<u64>::default());
+        assert_eq!(fresh.get(|| async { Ok(7) }).await.unwrap(), 7);
+        let (started, finish) = (
+            Arc::new(tokio::sync::Notify::new()),
+            Arc::new(tokio::sync::Notify::new()),
+        );
+        let forced = {
+            let (fresh, started, finish) = (fresh.clone(), started.clone(), finish.clone());
+            tokio::spawn(async move {
+                fresh
+                    .get_read_since(std::time::Instant::now(), || async move {
+                        started.notify_one();
+                        finish.notified().await;
+                        Ok(9)
+                    })
+                    .await
+            })
+        };
+        started.notified().await;
+        // The forced read is under way and cannot end until told: a caller content with the
+        // value kept is answered without waiting for it (waiting, it would wait forever).
+        let kept = tokio::time::timeout(Duration::from_secs(10), fresh.get(|| async { Ok(8) }))
+            .await
+            .expect("answered while the other read runs");
+        assert_eq!(kept.unwrap(), 7);
+        finish.notify_one();
+        assert_eq!(forced.await.unwrap().unwrap(), 9);
+        assert_eq!(fresh.get(|| async { Ok(10) }).await.unwrap(), 9, "kept");
     }
 
     #[tokio::test]

@@ -356,15 +356,9 @@ async fn fees(world: &World, endpoint: usize) -> Result<Fees, String> {
         .request("eth_getBlockByNumber", json!(["latest", false]))
         .await
         .map_err(|e| e.to_string())?;
-    let base = latest
-        .get("baseFeePerGas")
-        .and_then(sigcast_jsonrpc::quantity_u128)
-        .ok_or("no base fee")?;
-    let tip = 1_000_000_000;
-    Ok(Fees::Eip1559 {
-        max_fee_per_gas: base * 2 + tip,
-        max_priority_fee_per_gas: tip,
-    })
+    let base = sigcast_evm::base_fee(&latest).ok_or("no base fee")?;
+    // The simulated nodes suggest a tip of 1 gwei.
+    Ok(sigcast_evm::eip1559_fees_from(base, 1_000_000_000))
 }
 
 /// What a signature of a recorded operation needs from its record: the record, its intent,
@@ -1084,7 +1078,9 @@ fn describe(action: &Action) -> String {
 }
 
 /// Applies a change in one store transaction, as the worker of broadcaster replica `process`
-/// does: on the embedded store through the process's own group commit.
+/// does (`Worker::apply`): the time read once, before the body, and the body committed on the
+/// embedded store through the process's own group commit (whose thread has a simulated clock
+/// of its own), on FoundationDB semantics as a plain transaction.
 pub(crate) async fn apply(
     world: &Base,
     process: &str,
@@ -1092,23 +1088,13 @@ pub(crate) async fn apply(
     guard: Guard,
     mut change: impl FnMut(&mut pb::Operation) -> bool + Send + 'static,
 ) -> Option<pb::Operation> {
-    let root: Subspace = world.store.root().clone();
-    let updated = if world.store.embedded() {
-        // The body runs on the group-commit thread, whose simulated clock is not this one's; no
-        // simulated time passes while it runs, so the time read here is the body's.
-        let (id, now) = (op_id.to_owned(), system_time());
-        world
-            .store
-            .run_grouped(process, move |tx| {
-                operations::update(tx, &root, &id, guard, &mut change, now)
-            })
-            .await
-    } else {
-        world
-            .store
-            .run(|tx| operations::update(tx, &root, op_id, guard, &mut change, system_time()))
-            .await
-    };
+    let (root, id, now) = (world.store.root().clone(), op_id.to_owned(), system_time());
+    let updated = world
+        .store
+        .run_grouped(process, move |tx| {
+            operations::update(tx, &root, &id, guard, &mut change, now)
+        })
+        .await;
     match updated {
         Ok(Some((_, updated))) => Some(updated),
         Ok(None) => None,

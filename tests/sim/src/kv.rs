@@ -448,11 +448,6 @@ impl SimStore {
         }
     }
 
-    /// Whether this is the embedded store (whose grouped bodies run on another thread).
-    pub(crate) fn embedded(&self) -> bool {
-        matches!(self.engine, Engine::Sqlite(..))
-    }
-
     /// Process `process`'s own handle on the embedded store (none on FoundationDB semantics).
     fn handle(&self, process: &str) -> Option<Store> {
         match &self.engine {

@@ -284,9 +284,7 @@ async fn block_fill(url: &str, from: u64, to: u64) -> String {
             )
             .await;
         if let Ok(block) = block {
-            let base_fee = block["baseFeePerGas"]
-                .as_str()
-                .and_then(|hex| u128::from_str_radix(hex.trim_start_matches("0x"), 16).ok());
+            let base_fee = sigcast_evm::base_fee(&block);
             blocks.push((
                 block["transactions"].as_array().map_or(0, Vec::len),
                 base_fee,

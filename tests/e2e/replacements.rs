@@ -25,6 +25,20 @@ async fn pause_mining(node: &EvmRpc) {
         .unwrap();
 }
 
+/// Stops anvil's mining and submits one transfer of `value` wei from the first account: an
+/// operation that stays unmined until the test mines. Returns the node.
+async fn submit_while_paused(stack: &Stack, op_id: &str, value: u64) -> EvmRpc {
+    let node = node(stack).await;
+    pause_mining(&node).await;
+    stack
+        .client()
+        .await
+        .submit_operation(transfer(op_id, DEV[0], &recipient(0), value))
+        .await
+        .unwrap();
+    node
+}
+
 async fn mine(node: &EvmRpc) {
     node.read("evm_mine", serde_json::json!([])).await.unwrap();
 }
@@ -80,14 +94,7 @@ async fn an_operation_waiting_for_its_block_is_read_at_most_once_per_check_perio
         ..Default::default()
     })
     .await;
-    let node = node(&stack).await;
-    pause_mining(&node).await;
-    stack
-        .client()
-        .await
-        .submit_operation(transfer("waiting", DEV[0], &recipient(0), 1))
-        .await
-        .unwrap();
+    let node = submit_while_paused(&stack, "waiting", 1).await;
     wait_for(&stack, "waiting", "sent", |op| {
         op.state() == pb::OperationState::Sent
     })
@@ -132,14 +139,7 @@ async fn a_fee_bump_replaces_a_stuck_transaction_and_exactly_one_lands() {
         ..Default::default()
     })
     .await;
-    let node = node(&stack).await;
-    pause_mining(&node).await;
-    stack
-        .client()
-        .await
-        .submit_operation(transfer("stuck", DEV[0], &recipient(0), 4_242))
-        .await
-        .unwrap();
+    let node = submit_while_paused(&stack, "stuck", 4_242).await;
     let bumped = wait_for(&stack, "stuck", "fee-bumped", |op| accepted(op, "fee_bump")).await;
     assert!(bumped.attempts.len() >= 2);
     assert!(
@@ -380,14 +380,7 @@ async fn a_reorged_out_transaction_is_resent_byte_identical_and_confirms_once() 
         ..Default::default()
     })
     .await;
-    let node = node(&stack).await;
-    pause_mining(&node).await;
-    stack
-        .client()
-        .await
-        .submit_operation(transfer("reorged", DEV[0], &recipient(0), 8_000))
-        .await
-        .unwrap();
+    let node = submit_while_paused(&stack, "reorged", 8_000).await;
     let sent = wait_for(&stack, "reorged", "sent", |op| accepted(op, "")).await;
     let hash = sent.attempts[0].tx_id.parse().unwrap();
     // Confirmation depth: with the receipt readable for many polls (100 ms), one and then two
@@ -484,14 +477,7 @@ async fn a_foreign_transaction_reorged_out_before_the_depth_never_rejects_the_op
         ..Default::default()
     })
     .await;
-    let node = node(&stack).await;
-    pause_mining(&node).await;
-    stack
-        .client()
-        .await
-        .submit_operation(transfer("contested", DEV[0], &recipient(0), 9_000))
-        .await
-        .unwrap();
+    let node = submit_while_paused(&stack, "contested", 9_000).await;
     let sent = wait_for(&stack, "contested", "sent", |op| accepted(op, "")).await;
     // The outside transaction outbids ours in the pool and is mined alone.
     let outside = node
@@ -577,14 +563,7 @@ async fn a_refused_resend_of_bytes_the_node_took_brings_no_replacement() {
         ..Default::default()
     })
     .await;
-    let node = node(&stack).await;
-    pause_mining(&node).await;
-    stack
-        .client()
-        .await
-        .submit_operation(transfer("refused-resend", DEV[0], &recipient(0), 5_000))
-        .await
-        .unwrap();
+    let node = submit_while_paused(&stack, "refused-resend", 5_000).await;
     wait_for(&stack, "refused-resend", "accepted", |op| accepted(op, "")).await;
     let proxy = stack.proxy.as_ref().unwrap();
     proxy.set_refusing_sends(Some("max fee per gas less than block base fee"));
@@ -622,14 +601,7 @@ async fn a_refused_fee_bump_leaves_the_first_attempt_to_land_without_a_gap_fill(
         ..Default::default()
     })
     .await;
-    let node = node(&stack).await;
-    pause_mining(&node).await;
-    stack
-        .client()
-        .await
-        .submit_operation(transfer("refused-bump", DEV[0], &recipient(0), 6_000))
-        .await
-        .unwrap();
+    let node = submit_while_paused(&stack, "refused-bump", 6_000).await;
     wait_for(&stack, "refused-bump", "accepted", |op| accepted(op, "")).await;
     let proxy = stack.proxy.as_ref().unwrap();
     proxy.set_refusing_sends(Some("insufficient funds for gas * price + value"));
@@ -673,14 +645,7 @@ async fn fees_stay_under_the_cap_and_a_bump_it_leaves_no_room_for_is_never_signe
         ..Default::default()
     })
     .await;
-    let node = node(&stack).await;
-    pause_mining(&node).await;
-    stack
-        .client()
-        .await
-        .submit_operation(transfer("capped", DEV[0], &recipient(0), 7_000))
-        .await
-        .unwrap();
+    let node = submit_while_paused(&stack, "capped", 7_000).await;
     let first = wait_for(&stack, "capped", "accepted", |op| accepted(op, "")).await;
     // Several bump periods and a rebroadcast period (3 s) pass with the nonce stuck.
     let resent = wait_for(&stack, "capped", "sent again", |op| {
@@ -843,14 +808,7 @@ async fn a_step_of_the_broadcaster_s_clock_brings_no_early_fee_bump_and_stalls_n
         ..Default::default()
     })
     .await;
-    let node = node(&stack).await;
-    pause_mining(&node).await;
-    stack
-        .client()
-        .await
-        .submit_operation(transfer("stepped", DEV[0], &recipient(0), 777))
-        .await
-        .unwrap();
+    let node = submit_while_paused(&stack, "stepped", 777).await;
     wait_for(&stack, "stepped", "sent", |op| {
         op.attempts.first().is_some_and(|a| a.sends >= 1)
     })
@@ -997,14 +955,7 @@ async fn an_attempt_priced_under_the_head_s_base_fee_is_bumped_without_waiting_f
         ..Default::default()
     })
     .await;
-    let node = node(&stack).await;
-    pause_mining(&node).await;
-    stack
-        .client()
-        .await
-        .submit_operation(transfer("priced-out", DEV[0], &recipient(0), 5_151))
-        .await
-        .unwrap();
+    let node = submit_while_paused(&stack, "priced-out", 5_151).await;
     let sent = wait_for(&stack, "priced-out", "sent", |op| accepted(op, "")).await;
     assert!(
         !sent.attempts[0].max_fee_per_gas.is_empty(),

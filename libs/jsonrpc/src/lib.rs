@@ -6,6 +6,7 @@
 
 mod endpoint;
 mod error;
+pub mod hedge;
 #[cfg(test)]
 mod hostile_tests;
 mod pool;

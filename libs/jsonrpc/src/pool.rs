@@ -5,6 +5,7 @@
 //! wins, and endpoints that fail are demoted for a while. Sends are never hedged, never
 //! batched and never retried here: one raw transaction, one endpoint, one request.
 
+use crate::hedge::{AfterFailure, HedgedRead, Ranking};
 use crate::{Error, Result, RpcError};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -15,15 +16,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
-/// Consecutive failures after which an endpoint is demoted.
-const DEMOTE_AFTER: u32 = 3;
-/// How long a demoted endpoint stays at the back of the line.
-const DEMOTION: Duration = Duration::from_secs(10);
-/// Hedge delay bounds.
-const MIN_HEDGE: Duration = Duration::from_millis(20);
-const MAX_HEDGE: Duration = Duration::from_millis(1_000);
-/// Hedge delay for an endpoint with no latency measured yet.
-const FIRST_HEDGE: Duration = Duration::from_millis(150);
 /// The largest answer read from an endpoint. The biggest sigcast asks for is a block with its
 /// transactions (a few MiB on the busiest chains); anything larger is a broken or hostile
 /// endpoint, and is cut off before it is held in memory.
@@ -36,66 +28,10 @@ const MAX_QUOTED_BYTES: usize = 256;
 const MAX_NODE_MESSAGE_BYTES: usize = 4096;
 
 #[derive(Debug)]
-struct Health {
-    latency_ewma: Option<Duration>,
-    consecutive_failures: u32,
-    demoted_until: Option<Instant>,
-}
-
-#[derive(Debug)]
 struct Endpoint {
     url: String,
     /// The URL without path or credentials, for metrics and debug lines.
     label: String,
-    health: Mutex<Health>,
-}
-
-impl Endpoint {
-    fn record(&self, elapsed: Duration, ok: bool) {
-        let mut h = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        if ok {
-            h.consecutive_failures = 0;
-            h.demoted_until = None;
-            h.latency_ewma = Some(match h.latency_ewma {
-                Some(avg) => (avg * 4 + elapsed) / 5,
-                None => elapsed,
-            });
-        } else {
-            h.consecutive_failures += 1;
-            if h.consecutive_failures >= DEMOTE_AFTER {
-                h.demoted_until = Some(Instant::now() + DEMOTION);
-            }
-        }
-    }
-
-    /// An answer still outstanding after `elapsed` when the read was settled by another
-    /// endpoint: the endpoint is at least that slow. Without this, an endpoint that turned
-    /// slow would keep its old, fast average — every read would start there and wait for the
-    /// hedge — because its slow answers are never seen.
-    fn record_abandoned(&self, elapsed: Duration) {
-        let mut h = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        if h.latency_ewma.is_none_or(|avg| elapsed > avg) {
-            h.latency_ewma = Some(match h.latency_ewma {
-                Some(avg) => (avg * 4 + elapsed) / 5,
-                None => elapsed,
-            });
-        }
-    }
-
-    /// Sort key: healthy before demoted, then faster first.
-    fn rank(&self, now: Instant) -> (bool, Duration) {
-        let h = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        (
-            h.demoted_until.is_some_and(|until| until > now),
-            h.latency_ewma.unwrap_or(FIRST_HEDGE),
-        )
-    }
-
-    fn hedge_delay(&self) -> Duration {
-        let h = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        h.latency_ewma
-            .map_or(FIRST_HEDGE, |avg| (avg * 2).clamp(MIN_HEDGE, MAX_HEDGE))
-    }
 }
 
 /// One send: where it went and what came back.
@@ -111,6 +47,10 @@ pub struct SendAttempt<T> {
 #[derive(Debug)]
 pub struct RpcPool {
     endpoints: Vec<Endpoint>,
+    /// What the requests so far say of each endpoint.
+    ranking: Mutex<Ranking>,
+    /// The origin of the times `ranking` is given.
+    origin: Instant,
     http: reqwest::Client,
     next_id: AtomicU64,
 }
@@ -133,11 +73,6 @@ impl RpcPool {
             .map(|url| Endpoint {
                 url: url.clone(),
                 label: metrics::endpoint_label(url),
-                health: Mutex::new(Health {
-                    latency_ewma: None,
-                    consecutive_failures: 0,
-                    demoted_until: None,
-                }),
             })
             .collect();
         // Hedges of every endpoint exported from the start, at 0 until one fires.
@@ -147,6 +82,8 @@ impl RpcPool {
             metrics::declare(&metrics::metrics().hedges_won, &labels);
         }
         Ok(Self {
+            ranking: Mutex::new(Ranking::new(endpoints.len())),
+            origin: Instant::now(),
             endpoints,
             http,
             next_id: AtomicU64::new(1),
@@ -159,10 +96,16 @@ impl RpcPool {
     }
 
     pub(crate) fn ranked(&self) -> Vec<usize> {
-        let now = Instant::now();
-        let mut order: Vec<usize> = (0..self.endpoints.len()).collect();
-        order.sort_by_key(|&i| self.endpoints[i].rank(now));
-        order
+        self.ranking().ranked(self.now())
+    }
+
+    fn ranking(&self) -> std::sync::MutexGuard<'_, Ranking> {
+        self.ranking.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The time, as `ranking` is given it.
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
     }
 
     /// The label of endpoint `index`.
@@ -198,8 +141,8 @@ impl RpcPool {
             })
         });
         let elapsed = started.elapsed();
-        let answered = result.is_ok() || matches!(result, Err(RpcError::Node { .. }));
-        endpoint.record(elapsed, answered);
+        self.ranking()
+            .record(index, elapsed, crate::hedge::answered(&result), self.now());
         let m = metrics::metrics();
         let labels = [("endpoint", endpoint.label.as_str()), ("method", method)];
         m.rpc_duration
@@ -352,63 +295,50 @@ impl RpcPool {
         params: Value,
         parse: impl Fn(Value) -> Result<T, Value> + Copy,
     ) -> Result<T> {
-        let order = self.ranked();
+        let (mut read, first) = HedgedRead::start(&self.ranking(), self.now());
         let mut in_flight = FuturesUnordered::new();
         let mut errors = Vec::new();
-        let mut launched = 0;
-        let launch = |n: usize| {
-            let index = order[n];
+        let launch = |index: usize| {
             let params = &params;
-            async move { (n, self.call_as(index, method, params, parse).await) }
+            async move { (index, self.call_as(index, method, params, parse).await) }
         };
-        // Which launches were hedges (fired on a timer, not after a failure).
-        let mut hedged = Vec::new();
-        // When each launch started, until it answered.
-        let mut outstanding: Vec<Option<Instant>> = vec![None; order.len()];
-        in_flight.push(launch(0));
-        outstanding[0] = Some(Instant::now());
-        launched += 1;
+        in_flight.push(launch(first));
         loop {
-            let delay = self.endpoints[order[launched - 1]].hedge_delay();
+            let hedge_in = read
+                .hedge_at(&self.ranking())
+                .map(|at| at.saturating_sub(self.now()));
             tokio::select! {
-                Some((n, result)) = in_flight.next() => match result {
+                Some((index, result)) = in_flight.next() => match result {
                     Ok(value) => {
-                        outstanding[n] = None;
-                        if hedged.contains(&n) {
-                            let endpoint = self.endpoints[order[n]].label.as_str();
+                        // The requests still in flight are dropped here; `won` counts what
+                        // they cost.
+                        if read.won(index, self.now(), &mut self.ranking()) {
+                            let endpoint = self.endpoints[index].label.as_str();
                             metrics::inc(&metrics::metrics().hedges_won, &[("endpoint", endpoint)]);
-                        }
-                        // The requests still in flight are dropped: count what they cost.
-                        for (other, started) in outstanding.iter().enumerate() {
-                            if let Some(started) = started {
-                                self.endpoints[order[other]].record_abandoned(started.elapsed());
-                            }
                         }
                         return Ok(value);
                     }
                     Err(error) => {
-                        outstanding[n] = None;
                         tracing::debug!(%error, method, "read failed");
                         errors.push(error);
-                        if launched < order.len() {
-                            in_flight.push(launch(launched));
-                            outstanding[launched] = Some(Instant::now());
-                            launched += 1;
-                        } else if in_flight.is_empty() {
-                            return Err(Error::AllEndpointsFailed { method, errors });
+                        match read.failed(index, self.now()) {
+                            AfterFailure::Ask(next) => in_flight.push(launch(next)),
+                            AfterFailure::Wait => {}
+                            AfterFailure::Failed => {
+                                return Err(Error::AllEndpointsFailed { method, errors });
+                            }
                         }
                     }
                 },
-                _ = tokio::time::sleep(delay), if launched < order.len() => {
-                    // Counted by the endpoint the hedge goes to, as a win is: won / fired is
-                    // how often hedging to that endpoint paid off.
-                    let endpoint = self.endpoints[order[launched]].label.as_str();
-                    tracing::debug!(method, endpoint, "hedging read");
-                    metrics::inc(&metrics::metrics().hedges_fired, &[("endpoint", endpoint)]);
-                    hedged.push(launched);
-                    in_flight.push(launch(launched));
-                    outstanding[launched] = Some(Instant::now());
-                    launched += 1;
+                _ = tokio::time::sleep(hedge_in.unwrap_or_default()), if hedge_in.is_some() => {
+                    if let Some(next) = read.hedge(self.now()) {
+                        // Counted by the endpoint the hedge goes to, as a win is: won / fired
+                        // is how often hedging to that endpoint paid off.
+                        let endpoint = self.endpoints[next].label.as_str();
+                        tracing::debug!(method, endpoint, "hedging read");
+                        metrics::inc(&metrics::metrics().hedges_fired, &[("endpoint", endpoint)]);
+                        in_flight.push(launch(next));
+                    }
                 }
             }
         }

@@ -5,6 +5,7 @@
 //! guards them; the signer signs with the product's signing bodies and in-process keys.
 
 use crate::exec::{now_ms, sleep, system_time, yield_now};
+use crate::hedged::{self, SignerReads};
 use crate::node::{SimEndpoint, refused};
 use crate::world::{Base, Tamper, World};
 use alloy_signer_local::PrivateKeySigner;
@@ -264,6 +265,8 @@ pub(crate) async fn signer(world: Rc<World>, name: String, mut rng: StdRng) {
             }
         }
     };
+    // What this process has seen of each endpoint: gone with the process.
+    let reads = std::sync::Mutex::new(SignerReads::new(world.endpoints.len()));
     serve_signs(&world, &world.sign_jobs, &name, async |job| {
         if !verified {
             // As `Signer::ensure_verified`: a chain no endpoint answered for at start is
@@ -271,7 +274,7 @@ pub(crate) async fn signer(world: Rc<World>, name: String, mut rng: StdRng) {
             verify_chain(&world)?;
             verified = true;
         }
-        sign_one(&world, &name, job, &mut rng).await
+        sign_one(&world, &name, job, &reads, &mut rng).await
     })
     .await;
 }
@@ -350,12 +353,44 @@ pub(crate) async fn serve_signs<P: std::fmt::Debug>(
     }
 }
 
-/// The current fees, from one endpoint's head, as the signer reads them.
-async fn fees(world: &World, endpoint: usize) -> Result<Fees, String> {
-    let latest = world.endpoints[endpoint]
-        .request("eth_getBlockByNumber", json!(["latest", false]))
-        .await
-        .map_err(|e| e.to_string())?;
+/// Where a signer process reads the chain for one signature.
+#[derive(Clone, Copy)]
+pub(crate) enum Via<'a> {
+    /// One endpoint, drawn for the signature.
+    One(usize),
+    /// The process's endpoints as it ranks them (`Settings::hedged_reads`).
+    Ranked(&'a str, &'a std::sync::Mutex<SignerReads>),
+}
+
+impl<'a> Via<'a> {
+    /// Where process `name` reads for its next signature. The endpoint is drawn either way, so
+    /// that the seed's other draws stay as they were.
+    fn drawn(
+        world: &World,
+        name: &'a str,
+        reads: &'a std::sync::Mutex<SignerReads>,
+        rng: &mut StdRng,
+    ) -> Self {
+        let endpoint = rng.gen_range(0..world.endpoints.len());
+        if world.settings.hedged_reads {
+            Via::Ranked(name, reads)
+        } else {
+            Via::One(endpoint)
+        }
+    }
+}
+
+/// The current fees, from the head, as the signer reads them.
+async fn fees(world: &World, via: Via<'_>) -> Result<Fees, String> {
+    let method = "eth_getBlockByNumber";
+    let params = json!(["latest", false]);
+    let latest = match via {
+        Via::One(endpoint) => world.endpoints[endpoint]
+            .request(method, params)
+            .await
+            .map_err(|e| e.to_string())?,
+        Via::Ranked(process, reads) => hedged::read(world, process, reads, method, params).await?,
+    };
     let base = sigcast_evm::base_fee(&latest).ok_or("no base fee")?;
     // The simulated nodes suggest a tip of 1 gwei.
     Ok(sigcast_evm::eip1559_fees_from(base, 1_000_000_000))
@@ -405,17 +440,48 @@ fn resolve(world: &World, op_id: &str) -> Result<Resolved, String> {
 /// the broadcaster's confirmation depth (the signer's own read), and the fees.
 async fn initial_reads(
     world: &World,
-    endpoint: usize,
+    via: Via<'_>,
     from: Address,
 ) -> Result<(sigcast_evm::evidence::AccountNonces, Fees), String> {
-    let chain_nonce = sigcast_evm::evidence::account_nonces(
-        &world.endpoints[endpoint],
-        from,
-        world.signer_depth(),
-    )
-    .await
-    .map_err(|e| format!("nonce unreadable: {e}"))?;
-    let fees = fees(world, endpoint).await?.capped(world.fee_cap());
+    let depth = world.signer_depth();
+    let chain_nonce = match via {
+        Via::One(endpoint) => {
+            sigcast_evm::evidence::account_nonces(&world.endpoints[endpoint], from, depth)
+                .await
+                .map_err(|e| format!("nonce unreadable: {e}"))?
+        }
+        Via::Ranked(process, reads) if depth <= 1 => {
+            // As the signer at depth 1: the count at the head, hedged.
+            let params = json!([from.to_string(), "latest"]);
+            let count = hedged::read(world, process, reads, "eth_getTransactionCount", params)
+                .await
+                .and_then(|value| {
+                    sigcast_jsonrpc::quantity(&value)
+                        .ok_or_else(|| format!("eth_getTransactionCount answered {value}"))
+                })
+                .map_err(|e| format!("nonce unreadable: {e}"))?;
+            sigcast_evm::evidence::AccountNonces {
+                head: count,
+                settled: count,
+            }
+        }
+        Via::Ranked(_, reads) => {
+            // As the signer deeper: one endpoint answers the head and both counts under it.
+            let mut errors = Vec::new();
+            let mut nonces = None;
+            for endpoint in hedged::ranked(world, reads) {
+                match sigcast_evm::evidence::account_nonces(&endpoint, from, depth).await {
+                    Ok(read) => {
+                        nonces = Some(read);
+                        break;
+                    }
+                    Err(error) => errors.push(error.to_string()),
+                }
+            }
+            nonces.ok_or_else(|| format!("nonce unreadable: {}", errors.join("; ")))?
+        }
+    };
+    let fees = fees(world, via).await?.capped(world.fee_cap());
     Ok((chain_nonce, fees))
 }
 
@@ -447,9 +513,10 @@ async fn sign_together(
     world: &World,
     name: &str,
     job: &SignJob<Purpose>,
+    signer_reads: &std::sync::Mutex<SignerReads>,
     rng: &mut StdRng,
 ) -> Result<u32, String> {
-    let endpoint = rng.gen_range(0..world.endpoints.len());
+    let via = Via::drawn(world, name, signer_reads, rng);
     let mut reads = None;
     let (mut together, mut alone) = (Vec::new(), Vec::new());
     for op_id in std::iter::once(&job.op_id).chain(&job.others) {
@@ -466,7 +533,7 @@ async fn sign_together(
             Some(read) => read,
             None => {
                 let from = Address::from(*resolved.sender.as_bytes());
-                *reads.insert(initial_reads(world, endpoint, from).await?)
+                *reads.insert(initial_reads(world, via, from).await?)
             }
         };
         let request = Arc::new(initial_request(world, resolved, read));
@@ -509,18 +576,19 @@ async fn sign_one(
     world: &World,
     name: &str,
     job: &SignJob<Purpose>,
+    reads: &std::sync::Mutex<SignerReads>,
     rng: &mut StdRng,
 ) -> Result<u32, String> {
     if job.purpose == Purpose::Together {
-        return sign_together(world, name, job, rng).await;
+        return sign_together(world, name, job, reads, rng).await;
     }
     let root = world.store.root().clone();
     let resolved = resolve(world, &job.op_id)?;
-    let endpoint = rng.gen_range(0..world.endpoints.len());
+    let via = Via::drawn(world, name, reads, rng);
     match job.purpose {
         Purpose::Initial => {
             let from = Address::from(*resolved.sender.as_bytes());
-            let read = initial_reads(world, endpoint, from).await?;
+            let read = initial_reads(world, via, from).await?;
             let request = initial_request(world, resolved, read);
             let in_process = request.key.signs_in_process();
             attempt_signed(
@@ -566,7 +634,7 @@ async fn sign_one(
                 .map_err(|e| e.to_string())?
                 .and_then(|raw| params_of(&raw))
                 .ok_or("previous payload unreadable")?;
-            let current = fees(world, endpoint).await?;
+            let current = fees(world, via).await?;
             let in_a_pool = op
                 .attempts
                 .iter()

@@ -10,8 +10,9 @@
 //! batches) with in-process keys or a token that fails, committed on the embedded store through
 //! each signer process's own group commit (whose bodies panic now and then in some seeds), as
 //! the broadcasters' record updates and the gateway's submits and cancels are through theirs;
-//! the signer's rule for each endpoint's answer at start; in some seeds, a backlog of another
-//! chain's operations.
+//! the signer's rule for each endpoint's answer at start; in some seeds, the endpoint pool's
+//! hedged reads and ranking (`sigcast_jsonrpc::hedge`) for the signer's reads, and a backlog of
+//! another chain's operations.
 //! The invariants of `check` are checked after every change of the chain and every settlement,
 //! and, once the faults stop, every operation must be terminal within a bound.
 //!
@@ -37,6 +38,7 @@ mod actors;
 mod chain;
 mod check;
 mod exec;
+mod hedged;
 mod kv;
 pub mod model;
 mod node;
@@ -118,6 +120,7 @@ impl Settings {
             burst_ms: None,
             shared_lists: false,
             body_panics: 0.0,
+            hedged_reads: false,
             tamper: Tamper::None,
         };
         if settings.batch_signing && rng.gen_bool(0.5) {
@@ -130,18 +133,34 @@ impl Settings {
         if settings.backend == Backend::Sqlite && panics.gen_bool(0.5) {
             settings.body_panics = 0.05;
         }
+        let mut hedged = StdRng::seed_from_u64(seed ^ 0x4ed9e);
+        settings.hedged_reads = hedged.gen_bool(0.5);
+        let streams = settings.hedged_reads
+            && settings.burst_ms.is_none()
+            // Where a commit costs little: the reads are what these seeds are for.
+            && settings.backend == Backend::Fdb
+            && !settings.large_calls;
+        if streams && hedged.gen_bool(0.5) {
+            // A stream of submits while the faults go on: signatures, and so reads, all along,
+            // while endpoints turn slow and heal. (Each submit waits up to `submit_spread_ms`
+            // after the last.)
+            settings.ops = hedged.gen_range(16..=32);
+            let gap = 2 * settings.fault_ms / settings.ops as u64;
+            settings.submit_spread_ms = hedged.gen_range(gap / 2..=gap);
+        }
         (settings, rng)
     }
 
     /// The settings seed `seed` drew when it found a defect, before first signatures were
-    /// drawn to be asked for in batches, before replicas shared receipt outcomes and before a
-    /// third replica was drawn.
+    /// drawn to be asked for in batches, before replicas shared receipt outcomes, before a
+    /// third replica was drawn and before the signer's reads were hedged.
     pub fn as_found(seed: u64) -> Self {
         Settings {
             batch_signing: false,
             burst_ms: None,
             shared_lists: false,
             body_panics: 0.0,
+            hedged_reads: false,
             ..Self::draw_up_to_two_replicas(seed).0
         }
     }

@@ -294,7 +294,15 @@ impl SimEndpoint {
         self.answer(method, &Value::Array(Vec::new()))
     }
 
-    fn answer(&self, method: &str, params: &Value) -> Result<Value, RpcError> {
+    /// How long the endpoint takes to answer a request made now (drawn from its generator).
+    pub(crate) fn answer_delay(&self) -> u64 {
+        let mut node = self.node.lock().unwrap();
+        let slow_ms = node.faults.slow_ms;
+        answer_delay(slow_ms, &mut node.rng)
+    }
+
+    /// The endpoint's answer to a request, as it stands now.
+    pub(crate) fn answer(&self, method: &str, params: &Value) -> Result<Value, RpcError> {
         let endpoint = self.label.clone();
         let mut node = self.node.lock().unwrap();
         if node.faults.down {
@@ -347,10 +355,13 @@ pub(crate) fn lossy_send<T>(
     Ok(taken)
 }
 
-/// How long an answer takes (simulated ms): up to `slow_ms`, at least up to 5.
+/// The longest a healthy endpoint takes to answer (simulated ms).
+pub(crate) const HEALTHY_MS: u64 = 5;
+
+/// How long an answer takes (simulated ms): up to `slow_ms`, at least up to [`HEALTHY_MS`].
 pub(crate) fn answer_delay(slow_ms: u64, rng: &mut rand::rngs::StdRng) -> u64 {
     use rand::Rng;
-    rng.gen_range(0..=slow_ms.max(5))
+    rng.gen_range(0..=slow_ms.max(HEALTHY_MS))
 }
 
 /// The answer of an endpoint that is down.
@@ -369,12 +380,7 @@ impl Endpoint for SimEndpoint {
 
     async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         // A request takes time: the world may change before it is answered.
-        let delay = {
-            let mut node = self.node.lock().unwrap();
-            let slow_ms = node.faults.slow_ms;
-            answer_delay(slow_ms, &mut node.rng)
-        };
-        crate::exec::take_time(delay).await;
+        crate::exec::take_time(self.answer_delay()).await;
         self.answer(method, &params)
     }
 }

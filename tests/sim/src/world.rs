@@ -60,11 +60,15 @@ pub enum Tamper {
     /// EVM: the signer refuses to start when an endpoint of any chain it is configured for
     /// does not answer (the one-chain-down defect: every chain stopped with it).
     StartNeedsEveryChain,
+    /// EVM: a hedged read settled by one endpoint drops the requests still in flight without
+    /// counting the time they took (the hedged-latency defect: an endpoint that turned slow
+    /// kept its fast average, and every read started there and waited for the hedge).
+    AbandonedUnrecorded,
 }
 
 impl Tamper {
     /// Every tamper, by its command-line name.
-    pub const ALL: [(&str, Tamper); 15] = [
+    pub const ALL: [(&str, Tamper); 16] = [
         ("none", Tamper::None),
         ("null-receipt-rejects", Tamper::NullReceiptRejects),
         ("ignore-revision", Tamper::IgnoreRevision),
@@ -80,6 +84,7 @@ impl Tamper {
         ("commit-refusals", Tamper::CommitRefusals),
         ("list-by-op-id", Tamper::ListByOpId),
         ("start-needs-every-chain", Tamper::StartNeedsEveryChain),
+        ("abandoned-unrecorded", Tamper::AbandonedUnrecorded),
     ];
 }
 
@@ -164,6 +169,10 @@ pub struct Settings {
     /// its blocks' lists across passes, as the worker does: one replica reads a block's list
     /// and the others take its outcomes.
     pub shared_lists: bool,
+    /// The signer reads as the product's pool does: fees hedged across the endpoints and an
+    /// account's nonces from one endpoint at a time, both in the order of the process's own
+    /// ranking of them (see `hedged`), instead of from one endpoint drawn per signature.
+    pub hedged_reads: bool,
     /// A broken decision, if any.
     pub tamper: Tamper,
 }

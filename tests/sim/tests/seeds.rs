@@ -222,6 +222,14 @@ fn a_signer_that_exits_at_start_when_one_chain_is_down_is_caught_within_the_budg
 }
 
 #[test]
+fn hedged_reads_that_leave_a_dropped_request_uncounted_are_caught_within_the_budget() {
+    let (seed, violation) = caught(Tamper::AbandonedUnrecorded)
+        .expect("an endpoint whose dropped requests are not counted went unnoticed by every seed");
+    println!("caught at seed {seed}: {violation}");
+    assert!(violation.contains("not demoted"), "{violation}");
+}
+
+#[test]
 fn the_first_slot_kept_read_before_the_statuses_is_caught_at_its_seed() {
     // Rarer than the budget: the seed that caught it in a run of 20,000.
     let mut settings = SolanaSettings::as_found(4156);

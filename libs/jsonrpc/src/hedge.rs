@@ -135,6 +135,9 @@ pub enum AfterFailure {
 
 impl HedgedRead {
     /// A read that starts now, in `ranking`'s order; answers the endpoint to ask first.
+    ///
+    /// # Panics
+    /// If `ranking` has no endpoint (a pool is never made without one).
     pub fn start(ranking: &Ranking, now: Duration) -> (Self, usize) {
         let mut read = Self {
             order: ranking.ranked(now),

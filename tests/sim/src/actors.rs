@@ -5,7 +5,7 @@
 //! guards them; the signer signs with the product's signing bodies and in-process keys.
 
 use crate::exec::{now_ms, sleep, system_time, yield_now};
-use crate::hedged::{self, SignerReads};
+use crate::hedged::{self, ProcessReads};
 use crate::node::{SimEndpoint, refused};
 use crate::world::{Base, Tamper, World};
 use alloy_signer_local::PrivateKeySigner;
@@ -266,7 +266,7 @@ pub(crate) async fn signer(world: Rc<World>, name: String, mut rng: StdRng) {
         }
     };
     // What this process has seen of each endpoint: gone with the process.
-    let reads = std::sync::Mutex::new(SignerReads::new(world.endpoints.len()));
+    let reads = std::sync::Mutex::new(ProcessReads::new(world.endpoints.len()));
     serve_signs(&world, &world.sign_jobs, &name, async |job| {
         if !verified {
             // As `Signer::ensure_verified`: a chain no endpoint answered for at start is
@@ -359,7 +359,7 @@ pub(crate) enum Via<'a> {
     /// One endpoint, drawn for the signature.
     One(usize),
     /// The process's endpoints as it ranks them (`Settings::hedged_reads`).
-    Ranked(&'a str, &'a std::sync::Mutex<SignerReads>),
+    Ranked(&'a str, &'a std::sync::Mutex<ProcessReads>),
 }
 
 impl<'a> Via<'a> {
@@ -368,7 +368,7 @@ impl<'a> Via<'a> {
     fn drawn(
         world: &World,
         name: &'a str,
-        reads: &'a std::sync::Mutex<SignerReads>,
+        reads: &'a std::sync::Mutex<ProcessReads>,
         rng: &mut StdRng,
     ) -> Self {
         let endpoint = rng.gen_range(0..world.endpoints.len());
@@ -389,7 +389,9 @@ async fn fees(world: &World, via: Via<'_>) -> Result<Fees, String> {
             .request(method, params)
             .await
             .map_err(|e| e.to_string())?,
-        Via::Ranked(process, reads) => hedged::read(world, process, reads, method, params).await?,
+        Via::Ranked(process, reads) => {
+            hedged::read(world, process, reads, method, params, Some).await?
+        }
     };
     let base = sigcast_evm::base_fee(&latest).ok_or("no base fee")?;
     // The simulated nodes suggest a tip of 1 gwei.
@@ -453,13 +455,16 @@ async fn initial_reads(
         Via::Ranked(process, reads) if depth <= 1 => {
             // As the signer at depth 1: the count at the head, hedged.
             let params = json!([from.to_string(), "latest"]);
-            let count = hedged::read(world, process, reads, "eth_getTransactionCount", params)
-                .await
-                .and_then(|value| {
-                    sigcast_jsonrpc::quantity(&value)
-                        .ok_or_else(|| format!("eth_getTransactionCount answered {value}"))
-                })
-                .map_err(|e| format!("nonce unreadable: {e}"))?;
+            let count = hedged::read(
+                world,
+                process,
+                reads,
+                "eth_getTransactionCount",
+                params,
+                |v| sigcast_jsonrpc::quantity(&v),
+            )
+            .await
+            .map_err(|e| format!("nonce unreadable: {e}"))?;
             sigcast_evm::evidence::AccountNonces {
                 head: count,
                 settled: count,
@@ -513,7 +518,7 @@ async fn sign_together(
     world: &World,
     name: &str,
     job: &SignJob<Purpose>,
-    signer_reads: &std::sync::Mutex<SignerReads>,
+    signer_reads: &std::sync::Mutex<ProcessReads>,
     rng: &mut StdRng,
 ) -> Result<u32, String> {
     let via = Via::drawn(world, name, signer_reads, rng);
@@ -576,7 +581,7 @@ async fn sign_one(
     world: &World,
     name: &str,
     job: &SignJob<Purpose>,
-    reads: &std::sync::Mutex<SignerReads>,
+    reads: &std::sync::Mutex<ProcessReads>,
     rng: &mut StdRng,
 ) -> Result<u32, String> {
     if job.purpose == Purpose::Together {
@@ -743,6 +748,8 @@ pub(crate) async fn broadcaster(world: Rc<World>, name: String, mut rng: StdRng)
             replica,
         }))
     });
+    // What this process has seen of each endpoint: gone with the process.
+    let reads = std::sync::Mutex::new(ProcessReads::new(world.endpoints.len()));
     loop {
         sleep(world.settings.poll_ms).await;
         for state in [
@@ -759,7 +766,7 @@ pub(crate) async fn broadcaster(world: Rc<World>, name: String, mut rng: StdRng)
                 ops = sign_by_account(&world, &name, ops).await;
             }
             for op in ops {
-                work_on(&world, &name, op, lists.as_ref(), &mut rng).await;
+                work_on(&world, &name, op, lists.as_ref(), &reads, &mut rng).await;
             }
         }
     }
@@ -946,6 +953,7 @@ async fn work_on(
     name: &str,
     op: pb::Operation,
     shared_lists: Option<&sigcast_evm::evidence::RecentReceipts>,
+    reads: &std::sync::Mutex<ProcessReads>,
     rng: &mut StdRng,
 ) {
     let mut evidence = Evidence::None;
@@ -964,11 +972,17 @@ async fn work_on(
         for i in (1..order.len()).rev() {
             order.swap(i, rng.gen_range(0..=i));
         }
+        if world.settings.hedged_reads {
+            // As the worker reads them: in the order of its ranking (the order drawn above
+            // only keeps the seed's other draws as they were).
+            order = hedged::order(reads);
+        }
         for index in order {
             if !matches!(action, Action::ReadMore(_)) {
                 break;
             }
-            let endpoint = &world.endpoints[index];
+            // Each request recorded in the process's ranking, as the pool records it.
+            let endpoint = &hedged::RankedEndpoint::new(world, index, reads);
             // Half the reads as under load, from whole blocks' receipt lists (kept for this
             // read only: their reuse across passes is by block hash; or, sharing, the
             // process's). Chosen without drawing from the seed's stream, so the regression

@@ -17,27 +17,30 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// Reads in a row that one process may start at an endpoint and lose, each, to the answer of
-/// an endpoint it has only ever seen answer, within [`HEALTHY_MS`] (a healthy simulated
-/// endpoint, never demoted). The first endpoint ranks no slower than the winner, so its
-/// average is within that too; a read it loses has kept its request waiting at least the smallest hedge delay
-/// (20 ms), which takes its average to 4 ms and more; a second loss, over 7 ms: behind every
-/// such endpoint. A third such read in a row is an endpoint whose lost requests do not count.
+/// an endpoint it had measured before the read and only ever seen answer, within
+/// [`HEALTHY_MS`] (a healthy simulated endpoint: its average is within that, and never having
+/// failed, it is not demoted). The first endpoint ranked no slower, so its average was within
+/// that too; the read it lost kept its request waiting the smallest hedge delay (20 ms) at
+/// least, which takes its average to 4 ms and more; a second loss, over 7 ms: behind every
+/// such endpoint. Its average falls meanwhile only by its own answers, which end the count. A
+/// third such read in a row is an endpoint whose lost requests do not count.
 pub(crate) const OUTRUN_IN_A_ROW: u32 = 3;
 
-/// One signer process's reads: its ranking of the endpoints, which of them it has seen only
-/// healthy, and how its last reads went.
+/// One process's reads of the endpoints: its ranking of them, which of them it has seen only
+/// healthy, and how its last hedged reads went.
 #[derive(Debug)]
-pub(crate) struct SignerReads {
+pub(crate) struct ProcessReads {
     ranking: Ranking,
     /// Of each endpoint asked: whether every request of it was answered within
     /// [`HEALTHY_MS`] (or dropped unanswered before, when another's answer settled a read).
     healthy: Vec<Option<bool>>,
-    /// The endpoint the last reads started at, and how many of them in a row it lost to the
-    /// answer of an endpoint seen only answering within [`HEALTHY_MS`].
+    /// The endpoint the last hedged reads started at, and how many of them in a row it lost
+    /// to the answer of an endpoint seen only answering, within [`HEALTHY_MS`], since it last
+    /// answered.
     outrun: Option<(usize, u32)>,
 }
 
-impl SignerReads {
+impl ProcessReads {
     /// A process's reads at its start: nothing measured.
     pub(crate) fn new(endpoints: usize) -> Self {
         Self {
@@ -51,6 +54,10 @@ impl SignerReads {
     /// records it.
     fn record(&mut self, endpoint: usize, elapsed: Duration, answered: bool) {
         self.ranking.record(endpoint, elapsed, answered, now());
+        if answered && self.outrun.is_some_and(|(counted, _)| counted == endpoint) {
+            // Its average may be back under the others': losing again is no defect.
+            self.outrun = None;
+        }
         self.saw(
             endpoint,
             answered && elapsed <= Duration::from_millis(HEALTHY_MS),
@@ -63,9 +70,18 @@ impl SignerReads {
     }
 
     /// A read that started at `first` was settled by `winner`'s answer, with `first`'s still
-    /// owed (`outrun`) or not. [`OUTRUN_IN_A_ROW`] such reads in a row break G6.
-    fn note(&mut self, world: &World, process: &str, first: usize, winner: usize, outrun: bool) {
-        if !(outrun && self.healthy[winner] == Some(true)) {
+    /// owed (`outrun`) or not; `healthy_winner`: the winner was measured before the read and
+    /// only ever seen answering within [`HEALTHY_MS`], this answer included.
+    /// [`OUTRUN_IN_A_ROW`] such reads in a row break G6.
+    fn note(
+        &mut self,
+        world: &World,
+        process: &str,
+        (first, winner): (usize, usize),
+        outrun: bool,
+        healthy_winner: bool,
+    ) {
+        if !(outrun && healthy_winner) {
             self.outrun = None;
             return;
         }
@@ -77,8 +93,8 @@ impl SignerReads {
         if in_a_row == OUTRUN_IN_A_ROW {
             world.violation(format!(
                 "G6: {process} started {in_a_row} reads in a row at {}, each settled first by \
-                 {}, seen only answering, within {HEALTHY_MS} ms: a slow endpoint is not \
-                 demoted",
+                 an endpoint seen only answering, within {HEALTHY_MS} ms (the last by {}): a \
+                 slow endpoint is not demoted",
                 world.endpoints[first].label(),
                 world.endpoints[winner].label(),
             ));
@@ -95,7 +111,7 @@ fn now() -> Duration {
 pub(crate) struct RankedEndpoint<'a> {
     endpoint: &'a SimEndpoint,
     index: usize,
-    reads: &'a Mutex<SignerReads>,
+    reads: &'a Mutex<ProcessReads>,
 }
 
 impl Endpoint for RankedEndpoint<'_> {
@@ -114,19 +130,30 @@ impl Endpoint for RankedEndpoint<'_> {
     }
 }
 
-/// The endpoints as the process ranks them now, best first.
-pub(crate) fn ranked<'a>(
-    world: &'a World,
-    reads: &'a Mutex<SignerReads>,
-) -> Vec<RankedEndpoint<'a>> {
-    let order = reads.lock().unwrap().ranking.ranked(now());
-    order
-        .into_iter()
-        .map(|index| RankedEndpoint {
+impl<'a> RankedEndpoint<'a> {
+    /// `world`'s endpoint `index`, its requests recorded in `reads`.
+    pub(crate) fn new(world: &'a World, index: usize, reads: &'a Mutex<ProcessReads>) -> Self {
+        Self {
             endpoint: &world.endpoints[index],
             index,
             reads,
-        })
+        }
+    }
+}
+
+/// The endpoints' indexes as the process ranks them now, best first.
+pub(crate) fn order(reads: &Mutex<ProcessReads>) -> Vec<usize> {
+    reads.lock().unwrap().ranking.ranked(now())
+}
+
+/// The endpoints as the process ranks them now, best first.
+pub(crate) fn ranked<'a>(
+    world: &'a World,
+    reads: &'a Mutex<ProcessReads>,
+) -> Vec<RankedEndpoint<'a>> {
+    order(reads)
+        .into_iter()
+        .map(|index| RankedEndpoint::new(world, index, reads))
         .collect()
 }
 
@@ -137,15 +164,17 @@ struct Owed {
     answers_at: u64,
 }
 
-/// A hedged read of `method` by process `process`: the first endpoint's answer, and the
-/// next endpoint asked whenever the last one asked has had its hedge delay, or failed.
-pub(crate) async fn read(
+/// A hedged read of `method` by process `process`, its answer taken by `parse` (one it
+/// refuses counts against its endpoint, as no answer does): the first endpoint's answer, and
+/// the next endpoint asked whenever the last one asked has had its hedge delay, or failed.
+pub(crate) async fn read<T>(
     world: &World,
     process: &str,
-    reads: &Mutex<SignerReads>,
+    reads: &Mutex<ProcessReads>,
     method: &str,
     params: Value,
-) -> Result<Value, String> {
+    parse: impl Fn(Value) -> Option<T>,
+) -> Result<T, String> {
     let ask = |endpoint: usize| Owed {
         endpoint,
         asked: now(),
@@ -156,10 +185,13 @@ pub(crate) async fn read(
     let mut owed = vec![ask(first)];
     let mut errors = Vec::new();
     loop {
+        // In whole simulated milliseconds, never before the rule's time.
         let hedge_at = read
             .hedge_at(&reads.lock().unwrap().ranking)
-            .map(|at| at.as_millis() as u64);
+            .map(|at| at.as_nanos().div_ceil(1_000_000) as u64);
         let next = (0..owed.len()).min_by_key(|&i| owed[i].answers_at);
+        // An answer due at the hedge's moment is taken first (the pool's `select!` takes
+        // either).
         if let Some(at) = hedge_at.filter(|&at| next.is_none_or(|i| at < owed[i].answers_at)) {
             take_time(at.saturating_sub(now_ms())).await;
             if let Some(endpoint) = read.hedge(now()) {
@@ -172,37 +204,52 @@ pub(crate) async fn read(
         let Owed {
             endpoint, asked, ..
         } = owed.remove(i);
-        let result = world.endpoints[endpoint].answer(method, &params);
-        let mut reads = reads.lock().unwrap();
-        reads.record(endpoint, now() - asked, answered(&result));
+        let label = world.endpoints[endpoint].label();
+        let result = world.endpoints[endpoint]
+            .answer(method, &params)
+            .and_then(|value| {
+                parse(value.clone()).ok_or_else(|| RpcError::Malformed {
+                    endpoint: label.to_owned(),
+                    message: format!("{method} answered {value}"),
+                })
+            });
+        let mut seen = reads.lock().unwrap();
+        let healthy_winner = seen.healthy[endpoint] == Some(true);
+        seen.record(endpoint, now() - asked, answered(&result));
         match result {
             Ok(value) => {
                 let first_outrun = owed.iter().any(|o| o.endpoint == first);
                 if first_outrun {
                     world.trace(format!(
-                        "{process}: {method} asked of {} first, answered by {} {} ms in",
+                        "{process}: {method} asked of {} first, answered by {label} {} ms in",
                         world.endpoints[first].label(),
-                        world.endpoints[endpoint].label(),
                         (now() - started).as_millis(),
                     ));
                 }
                 match world.settings.tamper {
                     // The defect: requests dropped unanswered are not counted.
                     Tamper::AbandonedUnrecorded => {
-                        read.won(endpoint, now(), &mut reads.ranking.clone());
+                        read.won(endpoint, now(), &mut seen.ranking.clone());
                     }
                     _ => {
-                        read.won(endpoint, now(), &mut reads.ranking);
+                        read.won(endpoint, now(), &mut seen.ranking);
                     }
                 }
                 for dropped in &owed {
                     let waited = now() - dropped.asked;
-                    reads.saw(
+                    seen.saw(
                         dropped.endpoint,
                         waited <= Duration::from_millis(HEALTHY_MS),
                     );
                 }
-                reads.note(world, process, first, endpoint, first_outrun);
+                let healthy_winner = healthy_winner && seen.healthy[endpoint] == Some(true);
+                seen.note(
+                    world,
+                    process,
+                    (first, endpoint),
+                    first_outrun,
+                    healthy_winner,
+                );
                 return Ok(value);
             }
             Err(error) => {
@@ -211,7 +258,7 @@ pub(crate) async fn read(
                     AfterFailure::Ask(next) => owed.push(ask(next)),
                     AfterFailure::Wait => {}
                     AfterFailure::Failed => {
-                        reads.outrun = None;
+                        seen.outrun = None;
                         return Err(format!(
                             "{method}: every endpoint failed: {}",
                             errors.join("; ")

@@ -82,6 +82,24 @@ impl Settings {
     pub fn draw(seed: u64) -> Self {
         let (mut settings, mut rng) = Self::draw_up_to_two_replicas(seed);
         draw_third_replicas(&mut rng, &mut settings.signers, &mut settings.broadcasters);
+        // From a generator of their own, so that every other setting stays as it was drawn
+        // (and `as_found`, which does not draw them, keeps the settings seeds found defects
+        // with).
+        let mut hedged = StdRng::seed_from_u64(seed ^ 0x4ed9e);
+        settings.hedged_reads = hedged.gen_bool(0.5);
+        let streams = settings.hedged_reads
+            && settings.burst_ms.is_none()
+            // Where a commit costs little: the reads are what these seeds are for.
+            && settings.backend == Backend::Fdb
+            && !settings.large_calls;
+        if streams && hedged.gen_bool(0.5) {
+            // A stream of submits while the faults go on: signatures, and so reads, all along,
+            // while endpoints turn slow and heal. (Each submit waits up to `submit_spread_ms`
+            // after the last.)
+            settings.ops = hedged.gen_range(16..=32);
+            let gap = 2 * settings.fault_ms / settings.ops as u64;
+            settings.submit_spread_ms = hedged.gen_range(gap / 2..=gap);
+        }
         settings
     }
 
@@ -133,21 +151,6 @@ impl Settings {
         if settings.backend == Backend::Sqlite && panics.gen_bool(0.5) {
             settings.body_panics = 0.05;
         }
-        let mut hedged = StdRng::seed_from_u64(seed ^ 0x4ed9e);
-        settings.hedged_reads = hedged.gen_bool(0.5);
-        let streams = settings.hedged_reads
-            && settings.burst_ms.is_none()
-            // Where a commit costs little: the reads are what these seeds are for.
-            && settings.backend == Backend::Fdb
-            && !settings.large_calls;
-        if streams && hedged.gen_bool(0.5) {
-            // A stream of submits while the faults go on: signatures, and so reads, all along,
-            // while endpoints turn slow and heal. (Each submit waits up to `submit_spread_ms`
-            // after the last.)
-            settings.ops = hedged.gen_range(16..=32);
-            let gap = 2 * settings.fault_ms / settings.ops as u64;
-            settings.submit_spread_ms = hedged.gen_range(gap / 2..=gap);
-        }
         (settings, rng)
     }
 
@@ -160,7 +163,6 @@ impl Settings {
             burst_ms: None,
             shared_lists: false,
             body_panics: 0.0,
-            hedged_reads: false,
             ..Self::draw_up_to_two_replicas(seed).0
         }
     }

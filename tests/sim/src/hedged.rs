@@ -1,11 +1,12 @@
-//! The signer's reads as the product's pool makes them (in seeds with `Settings::hedged_reads`):
-//! each signer process ranks the endpoints by what its own requests saw
-//! (`sigcast_jsonrpc::hedge::Ranking`), reads fees hedged across them
+//! The endpoint pool's reads as the product makes them (in seeds with `Settings::hedged_reads`).
+//! Each signer or broadcaster process ranks the endpoints by what its own requests saw
+//! (`sigcast_jsonrpc::hedge::Ranking`, every request recorded through [`RankedEndpoint`]). A
+//! signer reads fees, and at depth 1 an account's count, hedged across them
 //! (`sigcast_jsonrpc::hedge::HedgedRead`, driven here with simulated endpoints and time as the
-//! pool drives it with real ones), and reads an account's nonces from the ranked endpoints one
-//! at a time. And the guarantee those reads keep (DESIGN G6, "slow endpoints are demoted"): a
-//! process does not keep starting its reads at an endpoint that keeps losing them to another's
-//! answer.
+//! pool drives it with real ones: [`read`]), and deeper counts from the ranked endpoints one at
+//! a time; a broadcaster reads each check's evidence from them in that order ([`order`]). And
+//! the guarantee hedged reads keep (DESIGN G6, "slow endpoints are demoted"): a process does not
+//! keep starting its reads at an endpoint that keeps losing them to another's answer.
 
 use crate::exec::{now_ms, take_time};
 use crate::node::{HEALTHY_MS, SimEndpoint};
@@ -181,7 +182,11 @@ pub(crate) async fn read<T>(
         answers_at: now_ms() + world.endpoints[endpoint].answer_delay(),
     };
     let started = now();
-    let (mut read, first) = HedgedRead::start(&reads.lock().unwrap().ranking, started);
+    let (mut read, first, healthy_at_start) = {
+        let seen = reads.lock().unwrap();
+        let (read, first) = HedgedRead::start(&seen.ranking, started);
+        (read, first, seen.healthy.clone())
+    };
     let mut owed = vec![ask(first)];
     let mut errors = Vec::new();
     loop {
@@ -214,7 +219,6 @@ pub(crate) async fn read<T>(
                 })
             });
         let mut seen = reads.lock().unwrap();
-        let healthy_winner = seen.healthy[endpoint] == Some(true);
         seen.record(endpoint, now() - asked, answered(&result));
         match result {
             Ok(value) => {
@@ -242,7 +246,9 @@ pub(crate) async fn read<T>(
                         waited <= Duration::from_millis(HEALTHY_MS),
                     );
                 }
-                let healthy_winner = healthy_winner && seen.healthy[endpoint] == Some(true);
+                // Measured when the read began (so ranked by it), and healthy since.
+                let healthy_winner = healthy_at_start[endpoint] == Some(true)
+                    && seen.healthy[endpoint] == Some(true);
                 seen.note(
                     world,
                     process,

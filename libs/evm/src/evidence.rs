@@ -527,6 +527,24 @@ pub async fn account_nonces(
     })
 }
 
+/// [`account_nonces`] as the first of `endpoints` (in the order given) that answers them all
+/// shows them: one endpoint answers the head and both counts under it. When none does, each
+/// one's failure, in order.
+pub async fn account_nonces_from_first<E: Endpoint>(
+    endpoints: impl IntoIterator<Item = E>,
+    account: Address,
+    confirmations: u64,
+) -> Result<AccountNonces, Vec<RpcError>> {
+    let mut errors = Vec::new();
+    for endpoint in endpoints {
+        match account_nonces(&endpoint, account, confirmations).await {
+            Ok(nonces) => return Ok(nonces),
+            Err(error) => errors.push(error),
+        }
+    }
+    Err(errors)
+}
+
 /// Reads what `endpoint` shows of the account's `nonce`, used by one of `attempts` or not.
 /// Fails only if the head cannot be read; anything else unreadable is left `None`.
 pub async fn read_view(

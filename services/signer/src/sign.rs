@@ -13,7 +13,7 @@ use sigcast_domain::policy::{KeyPolicy, check_intent, policy_for};
 use sigcast_domain::{EvmAddress, EvmTransfer, Wei};
 use sigcast_domain::{Intent, IntentRules, OperationState};
 use sigcast_evm::U256;
-use sigcast_evm::evidence::{AccountNonces, account_nonces};
+use sigcast_evm::evidence::{AccountNonces, account_nonces_from_first};
 use sigcast_evm::{Address, EvmRpc, FeeLimits, Fees, TxParams, build_transaction, params_of};
 use sigcast_proto::sigcast::signer::v1::{AuditRecord, SignPurpose};
 use sigcast_proto::{intent_from_proto, pb, state_from_proto, state_to_proto};
@@ -234,19 +234,18 @@ impl EvmChain {
         // One endpoint answers the head and both counts under it.
         fresh
             .get(|| async {
-                let mut errors = Vec::new();
-                for endpoint in self.pool.ranked_endpoints() {
-                    match account_nonces(&endpoint, account, self.confirmations).await {
-                        Ok(nonces) => return Ok(nonces),
-                        Err(error) => errors.push(error.to_string()),
-                    }
-                }
-                Err(sigcast_jsonrpc::Error::Shared(format!(
-                    "no endpoint answered the account's transaction count {} blocks deep \
-                     (`confirmations`; the endpoint must keep state that deep): {}",
-                    self.confirmations,
-                    errors.join("; ")
-                )))
+                let endpoints = self.pool.ranked_endpoints();
+                account_nonces_from_first(endpoints, account, self.confirmations)
+                    .await
+                    .map_err(|errors| {
+                        let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                        sigcast_jsonrpc::Error::Shared(format!(
+                            "no endpoint answered the account's transaction count {} blocks \
+                             deep (`confirmations`; the endpoint must keep state that deep): {}",
+                            self.confirmations,
+                            errors.join("; ")
+                        ))
+                    })
             })
             .await
     }

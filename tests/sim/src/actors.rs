@@ -472,18 +472,13 @@ async fn initial_reads(
         }
         Via::Ranked(_, reads) => {
             // As the signer deeper: one endpoint answers the head and both counts under it.
-            let mut errors = Vec::new();
-            let mut nonces = None;
-            for endpoint in hedged::ranked(world, reads) {
-                match sigcast_evm::evidence::account_nonces(&endpoint, from, depth).await {
-                    Ok(read) => {
-                        nonces = Some(read);
-                        break;
-                    }
-                    Err(error) => errors.push(error.to_string()),
-                }
-            }
-            nonces.ok_or_else(|| format!("nonce unreadable: {}", errors.join("; ")))?
+            let endpoints = hedged::ranked(world, reads);
+            sigcast_evm::evidence::account_nonces_from_first(endpoints, from, depth)
+                .await
+                .map_err(|errors| {
+                    let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                    format!("nonce unreadable: {}", errors.join("; "))
+                })?
         }
     };
     let fees = fees(world, via).await?.capped(world.fee_cap());

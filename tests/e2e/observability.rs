@@ -826,6 +826,22 @@ async fn metrics_parse_as_prometheus_text_and_count_what_a_fault_run_did() {
         30.0
     );
 
+    // Each SignOperations batch timed in each of its stages.
+    let batches: Vec<f64> = ["read", "prepare", "commit"]
+        .iter()
+        .map(|stage| {
+            total(
+                &signer,
+                "sigcast_signer_batch_seconds_count",
+                &[&format!("stage=\"{stage}\"")],
+            )
+        })
+        .collect();
+    assert!(
+        batches[0] > 0.0 && batches.iter().all(|&n| n == batches[0]),
+        "{batches:?}"
+    );
+
     // The broadcaster's send counters agree with what the proxy saw, send for send.
     let broadcaster = scrape(stack.metrics_addr("broadcaster-0")).await;
     let stats = stack.proxy.as_ref().unwrap().stats();

@@ -64,6 +64,9 @@ pub struct Metrics {
     pub grpc_duration: Histograms,
     /// How long each stage of a broadcaster pass took (sign, send, check), and the pass.
     pub pass_stage_duration: Histograms,
+    /// How long each stage of a signer's SignOperations batch took: the records' read, the
+    /// checks and chain reads before its transaction (prepare), and the transaction (commit).
+    pub signer_stage_duration: Histograms,
 }
 
 fn latency_histogram() -> Histogram {
@@ -97,6 +100,7 @@ impl Metrics {
             grpc_requests: Family::default(),
             grpc_duration: Family::new_with_constructor(latency_histogram),
             pass_stage_duration: Family::new_with_constructor(latency_histogram),
+            signer_stage_duration: Family::new_with_constructor(latency_histogram),
         };
         let m = &metrics;
         registry.register(
@@ -188,6 +192,11 @@ impl Metrics {
             "broadcaster_pass_seconds",
             "How long each stage of a broadcaster pass took (sign, send, check), and the whole pass",
             m.pass_stage_duration.clone(),
+        );
+        registry.register(
+            "signer_batch_seconds",
+            "How long each stage of a SignOperations batch took (read, prepare, commit)",
+            m.signer_stage_duration.clone(),
         );
         registry.register(
             "signer_refusals",

@@ -1388,6 +1388,17 @@ async fn run(args: Args) -> Result<(), String> {
             .await
         )
     );
+    println!(
+        "| signer-0's mean SignOperations stage | {} |",
+        mean_ms(
+            histogram_means(
+                stack.metrics_addr("signer-0"),
+                "sigcast_signer_batch_seconds",
+                "stage",
+            )
+            .await
+        )
+    );
     for service in ["signer-0", "broadcaster-0"] {
         println!(
             "| {service}'s mean JSON-RPC latency by method | {} |",

@@ -94,6 +94,66 @@ impl DigestSigner for PrivateKeySigner {
     }
 }
 
+/// A keystore's secp256k1 key, decrypted into this process, signing with libsecp256k1 (Bitcoin
+/// Core's library): the same signatures as alloy's `PrivateKeySigner` (RFC 6979, low S; the
+/// two are compared when a key loads and in the tests), in half its CPU time, and signing is
+/// most of what the signer's grouped transactions spend while they hold the store's lock.
+pub struct KeystoreKey {
+    secret: secp256k1::SecretKey,
+}
+
+/// One signing context for every key, its blinding seeded from the OS at first use.
+fn signing_context() -> &'static secp256k1::Secp256k1<secp256k1::SignOnly> {
+    static CONTEXT: std::sync::LazyLock<secp256k1::Secp256k1<secp256k1::SignOnly>> =
+        std::sync::LazyLock::new(|| {
+            let mut context = secp256k1::Secp256k1::signing_only();
+            context.seeded_randomize(&rand::random());
+            context
+        });
+    &CONTEXT
+}
+
+/// A fixed digest both libraries sign when a key loads.
+const AGREEMENT_DIGEST: [u8; 32] = [0x5c; 32];
+
+impl KeystoreKey {
+    /// `key` for libsecp256k1, once both libraries give it the same signature.
+    pub fn new(key: &PrivateKeySigner) -> Result<Self, String> {
+        let bytes = Zeroizing::new(key.to_bytes().0);
+        let secret = secp256k1::SecretKey::from_byte_array(*bytes)
+            .map_err(|_| "not a valid secp256k1 key".to_owned())?;
+        let ours = Self { secret };
+        let digest = sigcast_evm::B256::from(AGREEMENT_DIGEST);
+        if ours.sign_digest(&digest)? != key.sign_digest(&digest)? {
+            return Err("libsecp256k1 and k256 disagree on this key's signature".into());
+        }
+        Ok(ours)
+    }
+}
+
+impl Drop for KeystoreKey {
+    fn drop(&mut self) {
+        self.secret.non_secure_erase();
+    }
+}
+
+impl DigestSigner for KeystoreKey {
+    fn sign_digest(&self, hash: &sigcast_evm::B256) -> Result<sigcast_evm::Signature, String> {
+        let message = secp256k1::Message::from_digest(hash.0);
+        let (recovery, rs) = signing_context()
+            .sign_ecdsa_recoverable(message, &self.secret)
+            .serialize_compact();
+        // The recovery id's low bit is the parity of R's y, all an EVM signature carries (as
+        // alloy's signer keeps it; ids 2 and 3, R's x past the group order, are negligible).
+        let odd_y = i32::from(recovery) & 1 == 1;
+        Ok(sigcast_evm::Signature::from_bytes_and_parity(&rs, odd_y))
+    }
+
+    fn backend(&self) -> &'static str {
+        "keystore"
+    }
+}
+
 /// A key the signer can sign with: decrypted from a keystore into this process, or inside a
 /// PKCS#11 token.
 #[derive(Clone)]
@@ -225,7 +285,11 @@ impl Keyring {
                     reason: e.to_string(),
                 }
             })?;
-            keys.insert(signer.address(), KeyHandle::new(signer));
+            let key = KeystoreKey::new(&signer).map_err(|reason| KeyError::File {
+                file: path.clone(),
+                reason,
+            })?;
+            keys.insert(signer.address(), KeyHandle::new(key));
         }
         Ok(Self {
             keys,
@@ -507,6 +571,25 @@ pub fn import_solana_dev_keys(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keystore_keys_sign_exactly_as_alloy_s_signer_does() {
+        use rand::RngCore;
+        let mut rng = rand::thread_rng();
+        for _ in 0..200 {
+            let alloy_key = PrivateKeySigner::random();
+            let ours = KeystoreKey::new(&alloy_key).unwrap();
+            let mut digest = [0u8; 32];
+            rng.fill_bytes(&mut digest);
+            let digest = sigcast_evm::B256::from(digest);
+            let signature = ours.sign_digest(&digest).unwrap();
+            assert_eq!(signature, alloy_key.sign_digest(&digest).unwrap());
+            assert_eq!(
+                signature.recover_address_from_prehash(&digest).unwrap(),
+                alloy_key.address()
+            );
+        }
+    }
 
     #[test]
     fn dev_keys_are_anvils_accounts_at_the_same_index() {

@@ -18,6 +18,7 @@ fn item(op_id: &str) -> SignOperationsItem {
             op_id: op_id.into(),
             purpose: SignPurpose::Initial.into(),
             replaces_attempt: 0,
+            ..Default::default()
         }),
         traceparent: String::new(),
     }
@@ -206,6 +207,7 @@ async fn a_batch_is_signed_in_order_and_a_refusal_inside_it_touches_no_other_ope
             op_id: "b-2".into(),
             purpose: SignPurpose::Initial.into(),
             replaces_attempt: 0,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -239,8 +241,28 @@ async fn a_malformed_batch_is_refused_whole_and_signs_nothing() {
     if let Some(request) = unknown_purpose.request.as_mut() {
         request.purpose = 99;
     }
+    let bad_floor = |text: &str| {
+        let mut bad = item("whole");
+        if let Some(request) = bad.request.as_mut() {
+            request.purpose = SignPurpose::FeeBump.into();
+            request.min_base_fee_per_gas = text.into();
+        }
+        bad
+    };
     let cases: Vec<(Vec<SignOperationsItem>, &str)> = vec![
         (vec![item("whole"), item("whole")], "items[1].request.op_id"),
+        (
+            vec![bad_floor("0x10")],
+            "items[0].request.min_base_fee_per_gas",
+        ),
+        (
+            vec![item("whole"), bad_floor("-1")],
+            "items[1].request.min_base_fee_per_gas",
+        ),
+        (
+            vec![bad_floor(&"9".repeat(40))],
+            "items[0].request.min_base_fee_per_gas",
+        ),
         (vec![item("whole"), item("")], "items[1].request.op_id"),
         (
             vec![
@@ -270,6 +292,17 @@ async fn a_malformed_batch_is_refused_whole_and_signs_nothing() {
             refused.message()
         );
     }
+    // One call alone: the same rule, the field named.
+    let refused = signer
+        .sign_operation(bad_floor("+5").request.unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(
+        refused.message().starts_with("min_base_fee_per_gas"),
+        "{}",
+        refused.message()
+    );
     let store = Store::open(&StoreConfig::sqlite(stack.dir.path().join("sigcast.db"))).unwrap();
     assert_eq!(
         signed_at(&store, "whole"),

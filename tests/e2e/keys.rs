@@ -430,6 +430,7 @@ async fn the_interlock_refuses_a_second_payload_at_a_nonce_and_repeats_return_th
         op_id: op_id.into(),
         purpose,
         replaces_attempt,
+        ..Default::default()
     };
     let first = signer
         .sign_operation(sign("first", 1, 0))

@@ -1014,3 +1014,66 @@ async fn an_attempt_priced_under_the_head_s_base_fee_is_bumped_without_waiting_f
     let to: Address = recipient(0).parse().unwrap();
     assert_eq!(node.balance(to).await.unwrap(), U256::from(5_151u64));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bump_is_priced_for_the_head_it_was_decided_at_when_the_signer_s_endpoint_lags_behind_it()
+{
+    // The signer reads the chain through a proxy of its own; the broadcaster reads the node.
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        fee_bump_after_ms: 3_600_000,
+        signer_proxy: true,
+        ..Default::default()
+    })
+    .await;
+    let node = submit_while_paused(&stack, "behind", 5_152).await;
+    let sent = wait_for(&stack, "behind", "sent", |op| accepted(op, "")).await;
+    let signed_at: u128 = sent.attempts[0].max_fee_per_gas.parse().unwrap();
+    // From now on the signer's endpoint answers the base fee the attempt was priced at, as one
+    // still at that head would; the node's next block asks ten times the attempt's cap.
+    let latest = node
+        .read("eth_getBlockByNumber", serde_json::json!(["latest", false]))
+        .await
+        .unwrap();
+    let stale_base_fee = sigcast_evm::base_fee(&latest).unwrap();
+    stack
+        .signer_proxy
+        .as_ref()
+        .unwrap()
+        .set_stale_base_fee(Some(stale_base_fee));
+    let head_base_fee = signed_at * 10;
+    node.read(
+        "anvil_setNextBlockBaseFeePerGas",
+        serde_json::json!([format!("0x{head_base_fee:x}")]),
+    )
+    .await
+    .unwrap();
+    mine(&node).await;
+    let bumped = wait_for(&stack, "behind", "fee-bumped", |op| {
+        accepted(op, "fee_bump")
+    })
+    .await;
+    let bump = bumped
+        .attempts
+        .iter()
+        .find(|a| a.reason == "fee_bump")
+        .unwrap();
+    let bump_cap: u128 = bump.max_fee_per_gas.parse().unwrap();
+    assert!(
+        bump_cap > head_base_fee,
+        "the bump is priced over the head the broadcaster saw ({head_base_fee}), not for the \
+         signer's endpoint's ({stale_base_fee}): {bump_cap}"
+    );
+    mine(&node).await;
+    let done = wait_terminal(&stack, &["behind".into()], Duration::from_secs(60)).await;
+    let op = &done["behind"];
+    assert_eq!(
+        op.state(),
+        pb::OperationState::Confirmed,
+        "{}",
+        stack.logs()
+    );
+    assert_eq!(op.result.as_ref().unwrap().tx_id, bump.tx_id);
+    assert_eq!(op.attempts.len(), 2, "one bump, priced over the head");
+    assert_eq!(node.nonce(DEV[0].parse().unwrap()).await.unwrap(), 1);
+}

@@ -22,6 +22,7 @@ fn sign_first(op_id: &str) -> SignOperationRequest {
         op_id: op_id.into(),
         purpose: 1,
         replaces_attempt: 0,
+        ..Default::default()
     }
 }
 

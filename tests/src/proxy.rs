@@ -61,6 +61,7 @@ pub struct FaultProxy {
     lose_sends: Arc<std::sync::atomic::AtomicBool>,
     refusal: Arc<Mutex<Option<String>>>,
     inflation: Arc<std::sync::atomic::AtomicU64>,
+    stale_base_fee: Arc<Mutex<Option<u128>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -96,6 +97,8 @@ impl FaultProxy {
         let refusing = refusal.clone();
         let inflation = Arc::new(std::sync::atomic::AtomicU64::new(1));
         let inflating = inflation.clone();
+        let stale_base_fee: Arc<Mutex<Option<u128>>> = Arc::default();
+        let stale = stale_base_fee.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 if is_down.load(std::sync::atomic::Ordering::SeqCst) {
@@ -109,6 +112,7 @@ impl FaultProxy {
                     lag,
                     lose_sends: losing.load(std::sync::atomic::Ordering::SeqCst),
                     fee_inflation: inflating.load(std::sync::atomic::Ordering::SeqCst),
+                    stale_base_fee: *stale.lock().unwrap(),
                 };
                 let refusal = refusing.lock().unwrap().clone();
                 tokio::spawn(async move {
@@ -123,6 +127,7 @@ impl FaultProxy {
             lose_sends,
             refusal,
             inflation,
+            stale_base_fee,
             task,
         }
     }
@@ -132,6 +137,12 @@ impl FaultProxy {
     pub fn set_inflating_fees(&self, factor: u64) {
         self.inflation
             .store(factor, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Answers every block read with `base_fee` per gas, as an endpoint still at an older head
+    /// would (the rest of the block as the node has it); `None` stops.
+    pub fn set_stale_base_fee(&self, base_fee: Option<u128>) {
+        *self.stale_base_fee.lock().unwrap() = base_fee;
     }
 
     /// Answers every send with a node error carrying `message`, without forwarding it (as a
@@ -210,9 +221,14 @@ async fn forward(upstream: SocketAddr, body: &[u8]) -> std::io::Result<Vec<u8>> 
     Ok(response)
 }
 
-/// `response` (a whole HTTP response to `request`) with its fee quotes multiplied by
-/// `factor`; anything else, or anything it cannot read, unchanged.
-fn inflate_fees(request: &[u8], response: Vec<u8>, factor: u64) -> Vec<u8> {
+/// `response` (a whole HTTP response to `request`) with each fee quote (`eth_gasPrice`,
+/// `eth_maxPriorityFeePerGas`, a block's `baseFeePerGas`) replaced by `rewrite(method, quote)`;
+/// anything else, or anything it cannot read, unchanged.
+fn rewrite_fees(
+    request: &[u8],
+    response: Vec<u8>,
+    rewrite: impl Fn(&str, u128) -> u128,
+) -> Vec<u8> {
     use serde_json::Value;
     let Ok(request) = serde_json::from_slice::<Value>(request) else {
         return response;
@@ -223,19 +239,20 @@ fn inflate_fees(request: &[u8], response: Vec<u8>, factor: u64) -> Vec<u8> {
     let Ok(mut reply) = serde_json::from_slice::<Value>(&response[split + 4..]) else {
         return response;
     };
-    let times = |quantity: &mut Value| {
+    let method = request["method"].as_str().unwrap_or_default();
+    let rewritten = |quantity: &mut Value| {
         if let Some(n) = quantity
             .as_str()
             .and_then(|q| u128::from_str_radix(q.trim_start_matches("0x"), 16).ok())
         {
-            *quantity = Value::String(format!("{:#x}", n.saturating_mul(u128::from(factor))));
+            *quantity = Value::String(format!("{:#x}", rewrite(method, n)));
         }
     };
-    match request["method"].as_str() {
-        Some("eth_gasPrice" | "eth_maxPriorityFeePerGas") => times(&mut reply["result"]),
-        Some("eth_getBlockByNumber") => {
+    match method {
+        "eth_gasPrice" | "eth_maxPriorityFeePerGas" => rewritten(&mut reply["result"]),
+        "eth_getBlockByNumber" => {
             if let Some(base) = reply["result"].get_mut("baseFeePerGas") {
-                times(base);
+                rewritten(base);
             }
         }
         _ => return response,
@@ -261,6 +278,8 @@ struct Faults {
     lose_sends: bool,
     /// Fee quotes multiplied by this.
     fee_inflation: u64,
+    /// Every block read answers this base fee.
+    stale_base_fee: Option<u128>,
 }
 
 async fn serve(
@@ -277,6 +296,7 @@ async fn serve(
         lag,
         lose_sends,
         fee_inflation,
+        stale_base_fee,
     } = faults;
     // One request per connection: the node's reply says `Connection: close`, and so do we.
     let Some((_head, body)) = read_request(&mut client).await? else {
@@ -337,7 +357,15 @@ async fn serve(
         }
     }
     if fee_inflation > 1 {
-        response = inflate_fees(&body, response, fee_inflation);
+        response = rewrite_fees(&body, response, |_, quote| {
+            quote.saturating_mul(u128::from(fee_inflation))
+        });
+    }
+    if let Some(base_fee) = stale_base_fee {
+        response = rewrite_fees(&body, response, |method, quote| match method {
+            "eth_getBlockByNumber" => base_fee,
+            _ => quote,
+        });
     }
     if let Some(lag) = lag {
         tokio::time::sleep(lag).await;

@@ -305,6 +305,26 @@ impl Fees {
         }
     }
 
+    /// These fees, raised where needed to what a new transaction's would be at a base fee of
+    /// `base_fee` per gas (EIP-1559: twice it plus the tip, as [`crate::eip1559_fees_from`];
+    /// legacy: twice it); never lowered.
+    pub fn for_base_fee_at_least(self, base_fee: u128) -> Fees {
+        match self {
+            Fees::Eip1559 {
+                max_fee_per_gas,
+                max_priority_fee_per_gas,
+            } => Fees::Eip1559 {
+                max_fee_per_gas: max_fee_per_gas.max(
+                    crate::eip1559_fees_from(base_fee, max_priority_fee_per_gas).max_per_gas(),
+                ),
+                max_priority_fee_per_gas,
+            },
+            Fees::Legacy { gas_price } => Fees::Legacy {
+                gas_price: gas_price.max(base_fee.saturating_mul(2)),
+            },
+        }
+    }
+
     /// Fees for a replacement at the same nonce: at least `current` and at least 25% above
     /// `previous` on every field (nodes require +10% to replace a pending transaction).
     pub fn bumped(previous: Fees, current: Fees) -> Fees {
@@ -338,6 +358,38 @@ impl Fees {
 #[cfg(test)]
 mod replacement_tests {
     use super::*;
+
+    #[test]
+    fn fees_for_a_newer_base_fee_are_raised_to_it_and_never_lowered() {
+        let read = Fees::Eip1559 {
+            max_fee_per_gas: 30,
+            max_priority_fee_per_gas: 2,
+        };
+        // Read at a base fee of 14 (2 x 14 + 2): a head at 100 asks 2 x 100 + 2.
+        assert_eq!(
+            read.for_base_fee_at_least(100),
+            Fees::Eip1559 {
+                max_fee_per_gas: 202,
+                max_priority_fee_per_gas: 2,
+            }
+        );
+        assert_eq!(read.for_base_fee_at_least(14), read);
+        assert_eq!(read.for_base_fee_at_least(3), read);
+        assert_eq!(
+            read.for_base_fee_at_least(u128::MAX),
+            Fees::Eip1559 {
+                max_fee_per_gas: u128::MAX,
+                max_priority_fee_per_gas: 2,
+            }
+        );
+        let legacy = Fees::Legacy { gas_price: 30 };
+        assert_eq!(
+            legacy.for_base_fee_at_least(100),
+            Fees::Legacy { gas_price: 200 }
+        );
+        assert_eq!(legacy.for_base_fee_at_least(15), legacy);
+        assert_eq!(legacy.for_base_fee_at_least(10), legacy);
+    }
 
     #[test]
     fn a_capped_bump_that_no_node_would_take_is_seen_as_such() {

@@ -83,14 +83,30 @@ pub(crate) fn decide_sent(
     {
         return Action::ReadMore(Why::NonceUsedUnidentified);
     }
-    let Some(freshest) = views
-        .iter()
-        .filter(|v| v.account_nonce.is_some())
-        .max_by_key(|v| v.head.number)
-    else {
+    let Some(freshest) = freshest(views) else {
         return Action::ReadMore(Why::Unreadable);
     };
     in_flight(op, nonce, freshest, now, rules)
+}
+
+/// Of the views that read the account's nonce, the one at the highest head: what an operation
+/// whose nonce is free on chain is decided on.
+fn freshest(views: &[EvmView]) -> Option<&EvmView> {
+    views
+        .iter()
+        .filter(|v| v.account_nonce.is_some())
+        .max_by_key(|v| v.head.number)
+}
+
+/// The base fee per gas of the head a replacement is decided at, from the evidence it was
+/// decided on: the least the signer must price the replacement for, whatever its own fee read
+/// answers (an endpoint behind that head would price a bump under it, for the next bump period
+/// to find it priced out again). `None` where that head carries none.
+pub fn replacement_base_fee(evidence: &crate::Evidence) -> Option<u128> {
+    match evidence {
+        crate::Evidence::Evm(views) => freshest(views).and_then(|view| view.base_fee),
+        _ => None,
+    }
 }
 
 /// The nonce is free on chain: replace if a replacement is due and can help, else send the

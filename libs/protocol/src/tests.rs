@@ -500,6 +500,24 @@ fn an_attempt_priced_under_the_head_s_base_fee_is_bumped_without_waiting() {
         Action::Replace(Replacement::FeeBump)
     );
     assert_eq!(decide(&op, &two(1_000_000_000), at(10), &rules()), waiting);
+    // The replacement is priced for the head it was decided at, not for the older one.
+    assert_eq!(
+        crate::evm::replacement_base_fee(&two(2_000_000_001)),
+        Some(2_000_000_001)
+    );
+    let mut unread_nonce = view("http://c:1", 52, None, None);
+    unread_nonce.base_fee = Some(9_000_000_000);
+    let mut with_unread = two(2_000_000_001);
+    if let Evidence::Evm(views) = &mut with_unread {
+        views.push(unread_nonce);
+    }
+    assert_eq!(
+        crate::evm::replacement_base_fee(&with_unread),
+        Some(2_000_000_001),
+        "a view without the account's nonce decides nothing, nor prices anything"
+    );
+    assert_eq!(crate::evm::replacement_base_fee(&read(7, None)), None);
+    assert_eq!(crate::evm::replacement_base_fee(&Evidence::None), None);
     let mut unrecorded = op.clone();
     unrecorded.attempts[0].max_fee_per_gas.clear();
     assert_eq!(

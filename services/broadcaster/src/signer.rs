@@ -91,18 +91,21 @@ impl SignerClient {
     }
 
     /// Asks for a signature of `purpose`; for anything but the first, `replaces_attempt` is the
-    /// newest attempt we saw, so a retried request never signs twice. Returns the newest
-    /// attempt afterwards (the one signed, or the one already there).
+    /// newest attempt we saw, so a retried request never signs twice, and a replacement is
+    /// priced for at least `min_base_fee` (the base fee of the head it was decided at). Returns
+    /// the newest attempt afterwards (the one signed, or the one already there).
     pub(crate) async fn sign(
         &self,
         op_id: &str,
         purpose: SignPurpose,
         replaces_attempt: u32,
+        min_base_fee: Option<u128>,
     ) -> Result<u32, Refusal> {
         let request = SignOperationRequest {
             op_id: op_id.to_owned(),
             purpose: purpose.into(),
             replaces_attempt,
+            min_base_fee_per_gas: min_base_fee.map(|fee| fee.to_string()).unwrap_or_default(),
         };
         // A client span under the current (stage) span; the signer's span hangs under it.
         let span = trace::grpc_span(
@@ -155,6 +158,7 @@ impl SignerClient {
                     op_id: op_id.clone(),
                     purpose: purpose.into(),
                     replaces_attempt: 0,
+                    min_base_fee_per_gas: String::new(),
                 }),
                 traceparent: trace::traceparent(span).unwrap_or_default(),
             })
@@ -210,7 +214,8 @@ impl SignerClient {
             }
             return futures::future::join_all(ops.iter().map(|(op_id, parent)| {
                 use tracing::Instrument;
-                self.sign(op_id, purpose, 0).instrument(parent.clone())
+                self.sign(op_id, purpose, 0, None)
+                    .instrument(parent.clone())
             }))
             .await;
         }

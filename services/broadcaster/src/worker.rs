@@ -17,6 +17,7 @@ use sigcast_evm::EvmRpc;
 use sigcast_evm::evidence::RecentReceipts;
 use sigcast_proto::sigcast::signer::v1::SignPurpose;
 use sigcast_proto::{pb, state_from_proto};
+use sigcast_protocol::evm::replacement_base_fee;
 use sigcast_protocol::record::{self, reasons};
 use sigcast_protocol::{Action, Evidence, Replacement, Rules, SendOutcome, Settlement, decide};
 use sigcast_runtime::clock::SteadyClock;
@@ -376,7 +377,7 @@ impl Worker {
                 Some((sending, attempt))
             }
             Action::Replace(replacement) => {
-                let attempt = self.replace(&op, replacement).await.ok().flatten()?;
+                let attempt = self.replace(&op, replacement, None).await.ok().flatten()?;
                 let now = self.clock.now();
                 let sending = self
                     .apply_fact(&op.op_id, move |op| {
@@ -515,7 +516,10 @@ impl Worker {
             }
             Action::Sign => {}
             Action::Send(attempt) => self.send_again(&op, attempt).await,
-            Action::Replace(replacement) => match self.replace(&op, replacement).await {
+            Action::Replace(replacement) => match self
+                .replace(&op, replacement, replacement_base_fee(&evidence))
+                .await
+            {
                 Ok(Some(attempt)) => self.send_new_attempt(&op.op_id, attempt).await,
                 Ok(None) => {}
                 Err(AtFeeCap) => {
@@ -541,7 +545,7 @@ impl Worker {
                 tracing::info!(sigcast.op_id = %op.op_id, endpoint = %proof.endpoint, head = proof.head, "no attempt can land: re-signing");
                 match self
                     .signer
-                    .sign(&op.op_id, SignPurpose::Resign, newest)
+                    .sign(&op.op_id, SignPurpose::Resign, newest, None)
                     .await
                 {
                     Ok(attempt) if attempt != newest => {
@@ -575,12 +579,14 @@ impl Worker {
         }
     }
 
-    /// Asks the signer for a replacement of the newest attempt; returns the new attempt, or
-    /// `None` when there is none (yet); `AtFeeCap` when the chain's fee cap leaves no room.
+    /// Asks the signer for a replacement of the newest attempt, priced for at least
+    /// `min_base_fee`; returns the new attempt, or `None` when there is none (yet); `AtFeeCap`
+    /// when the chain's fee cap leaves no room.
     async fn replace(
         &self,
         op: &pb::Operation,
         replacement: Replacement,
+        min_base_fee: Option<u128>,
     ) -> Result<Option<u32>, AtFeeCap> {
         let newest = op.attempts.last().map_or(0, |a| a.number);
         let purpose = match replacement {
@@ -588,7 +594,11 @@ impl Worker {
             Replacement::Cancel => SignPurpose::Cancel,
             Replacement::GapFill => SignPurpose::GapFill,
         };
-        match self.signer.sign(&op.op_id, purpose, newest).await {
+        match self
+            .signer
+            .sign(&op.op_id, purpose, newest, min_base_fee)
+            .await
+        {
             Ok(attempt) if attempt != newest => {
                 tracing::info!(sigcast.op_id = %op.op_id, attempt, reason = %replacement.reason(), "replacement signed");
                 Ok(Some(attempt))

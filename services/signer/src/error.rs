@@ -124,6 +124,14 @@ pub enum Error {
     /// The request names a purpose this signer does not know.
     #[error("purpose: unknown value {0}")]
     UnknownPurpose(i32),
+    /// A field of the request is malformed.
+    #[error("{field}: {rule}")]
+    InvalidField {
+        /// The field.
+        field: &'static str,
+        /// What it must be.
+        rule: &'static str,
+    },
 }
 
 impl Error {
@@ -214,7 +222,9 @@ impl From<Error> for Status {
                 Status::with_error_details(tonic::Code::FailedPrecondition, message, details)
             }
             Error::Sign { .. } => Status::internal(message),
-            Error::UnknownPurpose(_) => Status::invalid_argument(message),
+            Error::UnknownPurpose(_) | Error::InvalidField { .. } => {
+                Status::invalid_argument(message)
+            }
         }
     }
 }

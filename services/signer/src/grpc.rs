@@ -250,8 +250,13 @@ impl Signer {
         request: &api::SignOperationRequest,
         caller: &str,
     ) -> Result<crate::sign::Signed, Error> {
-        let replacement =
-            |kind| self.sign_replacement(op_id, kind, request.replaces_attempt, caller);
+        let min_base_fee = min_base_fee(request).map_err(|rule| Error::InvalidField {
+            field: "min_base_fee_per_gas",
+            rule,
+        })?;
+        let replacement = |kind| {
+            self.sign_replacement(op_id, kind, request.replaces_attempt, min_base_fee, caller)
+        };
         Ok(match api::SignPurpose::try_from(request.purpose) {
             Ok(api::SignPurpose::Initial | api::SignPurpose::Unspecified) => {
                 self.sign(op_id, caller).await?
@@ -294,6 +299,11 @@ fn checked_items(
                 request.purpose
             )));
         }
+        if let Err(rule) = min_base_fee(&request) {
+            return Err(Status::invalid_argument(format!(
+                "items[{i}].request.min_base_fee_per_gas: {rule}"
+            )));
+        }
         if !seen.insert(op_id.as_str().to_owned()) {
             return Err(Status::invalid_argument(format!(
                 "items[{i}].request.op_id: {:?} is asked for twice",
@@ -304,6 +314,18 @@ fn checked_items(
         items.push((op_id.as_str().to_owned(), request, traceparent));
     }
     Ok(items)
+}
+
+/// The base fee a replacement is priced for at least, if the request gives one.
+fn min_base_fee(request: &api::SignOperationRequest) -> Result<Option<u128>, &'static str> {
+    const RULE: &str = "a base fee per gas in wei, as decimal digits (empty: none)";
+    match request.min_base_fee_per_gas.as_str() {
+        "" => Ok(None),
+        text if text.bytes().all(|b| b.is_ascii_digit()) => {
+            text.parse().map(Some).map_err(|_| RULE)
+        }
+        _ => Err(RULE),
+    }
 }
 
 /// The most operations one SignOperations call may carry (its items share one transaction).

@@ -1068,11 +1068,14 @@ impl Signer {
     /// Signs a declared replacement of `op_id`'s last attempt at the same nonce: a fee bump, or
     /// a cancel. Only the operation that owns the nonce gets a second payload there, and only
     /// while `replaces_attempt` is still its last attempt; otherwise the last one is returned.
+    /// An EVM replacement is priced for a base fee of at least `min_base_fee` (the head the
+    /// caller decided at), whatever this signer's own read answers.
     pub async fn sign_replacement(
         &self,
         op_id: &str,
         kind: Replacement,
         replaces_attempt: u32,
+        min_base_fee: Option<u128>,
         caller: &str,
     ) -> Result<Signed> {
         let root = self.store.root().clone();
@@ -1153,6 +1156,11 @@ impl Signer {
             op_id: op_id.to_owned(),
             source,
         })?;
+        // An endpoint behind the caller's head would price the replacement under it.
+        let current = match min_base_fee {
+            Some(base_fee) => current.for_base_fee_at_least(base_fee),
+            None => current,
+        };
         let policy = policy_for(&self.policies, &op.account);
         let bumps = op
             .attempts

@@ -17,6 +17,7 @@ use sigcast_evm::evidence::{Answer, Outcomes, Shared, SharedOutcomes};
 use sigcast_evm::{Address, B256, Fees, TxParams, params_of};
 use sigcast_jsonrpc::Endpoint;
 use sigcast_proto::{intent_from_proto, new_operation, pb};
+use sigcast_protocol::evm::replacement_base_fee;
 use sigcast_protocol::record;
 use sigcast_protocol::{Action, Evidence, Replacement, Settlement, Why, decide, reasons};
 use sigcast_signer::keys::KeyHandle;
@@ -36,8 +37,9 @@ use std::sync::Arc;
 pub(crate) enum Purpose {
     /// The first signature.
     Initial,
-    /// A replacement at the same nonce.
-    Replace(Replacement),
+    /// A replacement at the same nonce, priced for at least the base fee of the head it was
+    /// decided at (as the broadcaster asks).
+    Replace(Replacement, Option<u128>),
     /// First signatures of the job's operation and its `others`, all of one account, in one
     /// transaction as the signer's batches commit them (`SignOperations`).
     Together,
@@ -598,7 +600,7 @@ async fn sign_one(
             )
         }
         Purpose::Together => unreachable!("signed by sign_together"),
-        Purpose::Replace(replacement) => {
+        Purpose::Replace(replacement, min_base_fee) => {
             let Resolved {
                 op,
                 intent,
@@ -635,6 +637,10 @@ async fn sign_one(
                 .and_then(|raw| params_of(&raw))
                 .ok_or("previous payload unreadable")?;
             let current = fees(world, via).await?;
+            let current = match min_base_fee {
+                Some(base_fee) => current.for_base_fee_at_least(base_fee),
+                None => current,
+            };
             let in_a_pool = op
                 .attempts
                 .iter()
@@ -1028,7 +1034,7 @@ async fn work_on(
             match ask_signer(
                 &world.sign_jobs,
                 &op.op_id,
-                Purpose::Replace(replacement),
+                Purpose::Replace(replacement, replacement_base_fee(&evidence)),
                 newest,
             )
             .await

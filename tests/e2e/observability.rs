@@ -826,7 +826,8 @@ async fn metrics_parse_as_prometheus_text_and_count_what_a_fault_run_did() {
         30.0
     );
 
-    // Each SignOperations batch timed in each of its stages.
+    // Each SignOperations batch timed in each of its stages (a call dropped midway times the
+    // stages it reached).
     let batches: Vec<f64> = ["read", "prepare", "commit"]
         .iter()
         .map(|stage| {
@@ -838,7 +839,7 @@ async fn metrics_parse_as_prometheus_text_and_count_what_a_fault_run_did() {
         })
         .collect();
     assert!(
-        batches[0] > 0.0 && batches.iter().all(|&n| n == batches[0]),
+        batches[2] > 0.0 && batches[2] <= batches[1] && batches[1] <= batches[0],
         "{batches:?}"
     );
 

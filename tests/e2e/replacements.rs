@@ -1049,6 +1049,11 @@ async fn a_bump_is_priced_for_the_head_it_was_decided_at_when_the_signer_s_endpo
     .await
     .unwrap();
     mine(&node).await;
+    assert_eq!(
+        node.nonce(DEV[0].parse().unwrap()).await.unwrap(),
+        0,
+        "a block under a base fee above the attempt's cap does not hold it"
+    );
     let bumped = wait_for(&stack, "behind", "fee-bumped", |op| {
         accepted(op, "fee_bump")
     })

@@ -305,9 +305,11 @@ impl Fees {
         }
     }
 
-    /// These fees, raised where needed to what a new transaction's would be at a base fee of
-    /// `base_fee` per gas (EIP-1559: twice it plus the tip, as [`crate::eip1559_fees_from`];
-    /// legacy: twice it); never lowered.
+    /// These fees, raised where needed so that a block at a base fee of `base_fee` per gas, or
+    /// the next one, can hold the transaction; never lowered. EIP-1559: the cap a new
+    /// transaction's would be at that base fee, twice it plus the tip (as
+    /// [`crate::eip1559_fees_from`]; a cap, not what is paid). Legacy, where the gas price is
+    /// paid whole: the most the next block's base fee can be, an eighth above it.
     pub fn for_base_fee_at_least(self, base_fee: u128) -> Fees {
         match self {
             Fees::Eip1559 {
@@ -320,7 +322,7 @@ impl Fees {
                 max_priority_fee_per_gas,
             },
             Fees::Legacy { gas_price } => Fees::Legacy {
-                gas_price: gas_price.max(base_fee.saturating_mul(2)),
+                gas_price: gas_price.max(base_fee.saturating_add(base_fee / 8).saturating_add(1)),
             },
         }
     }
@@ -382,13 +384,20 @@ mod replacement_tests {
                 max_priority_fee_per_gas: 2,
             }
         );
+        // A legacy gas price is paid whole: raised only to what the next block may ask.
         let legacy = Fees::Legacy { gas_price: 30 };
         assert_eq!(
-            legacy.for_base_fee_at_least(100),
-            Fees::Legacy { gas_price: 200 }
+            legacy.for_base_fee_at_least(800),
+            Fees::Legacy { gas_price: 901 }
         );
-        assert_eq!(legacy.for_base_fee_at_least(15), legacy);
+        assert_eq!(legacy.for_base_fee_at_least(26), legacy);
         assert_eq!(legacy.for_base_fee_at_least(10), legacy);
+        assert_eq!(
+            legacy.for_base_fee_at_least(u128::MAX),
+            Fees::Legacy {
+                gas_price: u128::MAX
+            }
+        );
     }
 
     #[test]

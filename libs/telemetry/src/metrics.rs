@@ -64,8 +64,10 @@ pub struct Metrics {
     pub grpc_duration: Histograms,
     /// How long each stage of a broadcaster pass took (sign, send, check), and the pass.
     pub pass_stage_duration: Histograms,
-    /// How long each stage of a signer's SignOperations batch took: the records' read, the
-    /// checks and chain reads before its transaction (prepare), and the transaction (commit).
+    /// How long each stage of a signer's SignOperations batch of first signatures took: the
+    /// records' read; the checks and chain reads (prepare, with any Solana signature, each
+    /// committed alone); the EVM signatures' transactions (commit: one for keys in the
+    /// process, one each for a token's).
     pub signer_stage_duration: Histograms,
 }
 

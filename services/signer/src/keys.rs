@@ -120,9 +120,11 @@ impl KeystoreKey {
     /// `key` for libsecp256k1, once both libraries give it the same signature.
     pub fn new(key: &PrivateKeySigner) -> Result<Self, String> {
         let bytes = Zeroizing::new(key.to_bytes().0);
-        let secret = secp256k1::SecretKey::from_byte_array(*bytes)
+        let mut secret = secp256k1::SecretKey::from_byte_array(*bytes)
             .map_err(|_| "not a valid secp256k1 key".to_owned())?;
         let ours = Self { secret };
+        // `SecretKey` is `Copy`: the local copy is erased too (best effort, as k256's own).
+        secret.non_secure_erase();
         let digest = sigcast_evm::B256::from(AGREEMENT_DIGEST);
         if ours.sign_digest(&digest)? != key.sign_digest(&digest)? {
             return Err("libsecp256k1 and k256 disagree on this key's signature".into());

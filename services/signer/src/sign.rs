@@ -686,7 +686,7 @@ impl Signer {
                 .await
             }
         };
-        let started = observe_stage("read", started);
+        let started = observe_stage(!asked.is_empty(), "read", started);
         // Everything before the transaction, side by side, each in its operation's span:
         // reading the records' intents, the key's policy, the chain's fees and nonces (each
         // read once for all who ask at once).
@@ -709,7 +709,7 @@ impl Signer {
                 .instrument(span.clone())
             }))
             .await;
-        let started = observe_stage("prepare", started);
+        let started = observe_stage(!asked.is_empty(), "prepare", started);
         let mut results: Vec<Option<Result<Signed>>> = Vec::with_capacity(asked.len());
         let mut together = Vec::new();
         let mut alone = Vec::new();
@@ -744,7 +744,7 @@ impl Signer {
             signed
         };
         let (alone, together) = tokio::join!(alone, self.commit_together(together));
-        observe_stage("commit", started);
+        observe_stage(!asked.is_empty(), "commit", started);
         for (index, result) in alone.into_iter().chain(together) {
             let (op_id, span) = &asked[index];
             if let Ok(signed) = &result
@@ -886,14 +886,20 @@ impl Signer {
     }
 }
 
-/// Records the time since `started` as a batch's `stage` (`sigcast_signer_batch_seconds`) and
-/// answers now, when the next stage starts.
-fn observe_stage(stage: &'static str, started: std::time::Instant) -> std::time::Instant {
+/// Records the time since `started` as a batch's `stage` (`sigcast_signer_batch_seconds`),
+/// if the batch asked for anything, and answers now, when the next stage starts.
+fn observe_stage(
+    asked: bool,
+    stage: &'static str,
+    started: std::time::Instant,
+) -> std::time::Instant {
     let now = std::time::Instant::now();
-    sigcast_telemetry::metrics::metrics()
-        .signer_stage_duration
-        .get_or_create(&sigcast_telemetry::metrics::owned(&[("stage", stage)]))
-        .observe((now - started).as_secs_f64());
+    if asked {
+        sigcast_telemetry::metrics::metrics()
+            .signer_stage_duration
+            .get_or_create(&sigcast_telemetry::metrics::owned(&[("stage", stage)]))
+            .observe((now - started).as_secs_f64());
+    }
     now
 }
 

@@ -11,7 +11,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sigcast_evm::Address;
 use sigcast_protocol::Rules;
-use sigcast_signer::keys::{DigestSigner, KeyHandle};
+use sigcast_signer::keys::{DigestSigner, KeyHandle, KeystoreKey};
 use sigcast_store::KvTransaction;
 use sigcast_store::operations::Guard;
 use std::cell::{Cell, RefCell};
@@ -205,6 +205,8 @@ pub(crate) struct World {
     pub(crate) endpoints: Vec<SimEndpoint>,
     /// The signer's keys.
     pub(crate) keys: Vec<PrivateKeySigner>,
+    /// Their handles as the signer loads a keystore's (libsecp256k1).
+    signing: Vec<KeyHandle>,
     /// Their accounts.
     pub(crate) accounts: Vec<Address>,
     /// The broadcaster's decision settings.
@@ -243,12 +245,17 @@ impl World {
         live_trace: bool,
     ) -> Self {
         let accounts = keys.iter().map(|k| k.address()).collect();
+        let signing = keys
+            .iter()
+            .map(|k| KeyHandle::new(KeystoreKey::new(k).expect("both libraries sign alike")))
+            .collect();
         Self {
             base: Base::new(store, live_trace),
             settings,
             chain,
             endpoints,
             keys,
+            signing,
             accounts,
             rules,
             sign_jobs: Mutex::default(),
@@ -388,7 +395,7 @@ impl World {
         if fails {
             KeyHandle::new(FailingToken)
         } else {
-            KeyHandle::new(self.keys[index].clone())
+            self.signing[index].clone()
         }
     }
 

@@ -838,9 +838,24 @@ async fn metrics_parse_as_prometheus_text_and_count_what_a_fault_run_did() {
             )
         })
         .collect();
+    let calls = total(
+        &signer,
+        "sigcast_grpc_server_requests_total",
+        &["method=\"SignOperations\""],
+    );
     assert!(
-        batches[2] > 0.0 && batches[2] <= batches[1] && batches[1] <= batches[0],
-        "{batches:?}"
+        batches[2] > 0.0
+            && batches[2] <= batches[1]
+            && batches[1] <= batches[0]
+            && batches[0] <= calls,
+        "{batches:?} for {calls} calls: one batch per call at most, never one per operation"
+    );
+    assert!(
+        total(
+            &signer,
+            "sigcast_signer_batch_seconds_sum",
+            &["stage=\"commit\""]
+        ) > 0.0
     );
 
     // The broadcaster's send counters agree with what the proxy saw, send for send.

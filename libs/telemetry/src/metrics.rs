@@ -197,7 +197,7 @@ impl Metrics {
         );
         registry.register(
             "signer_batch_seconds",
-            "How long each stage of a SignOperations batch took (read, prepare, commit)",
+            "How long each stage of a SignOperations batch of first signatures took (read, prepare, commit)",
             m.signer_stage_duration.clone(),
         );
         registry.register(

@@ -129,8 +129,8 @@ pub enum Error {
     InvalidField {
         /// The field.
         field: &'static str,
-        /// What it must be.
-        rule: &'static str,
+        /// What was wrong, and what it must be.
+        rule: String,
     },
 }
 

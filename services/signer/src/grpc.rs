@@ -274,7 +274,8 @@ impl Signer {
 }
 
 /// The items of a SignOperations call, checked before anything is signed: at most
-/// [`MAX_BATCH`], each with a well-formed op_id that no other item names, and a known purpose.
+/// [`MAX_BATCH`], each with a well-formed op_id that no other item names, a known purpose and
+/// a well-formed `min_base_fee_per_gas`.
 fn checked_items(
     request: api::SignOperationsRequest,
 ) -> Result<Vec<(String, api::SignOperationRequest, Option<String>)>, Status> {
@@ -316,15 +317,21 @@ fn checked_items(
     Ok(items)
 }
 
-/// The base fee a replacement is priced for at least, if the request gives one.
-fn min_base_fee(request: &api::SignOperationRequest) -> Result<Option<u128>, &'static str> {
-    const RULE: &str = "a base fee per gas in wei, as decimal digits (empty: none)";
-    match request.min_base_fee_per_gas.as_str() {
+/// The base fee a replacement is priced for at least, if the request gives one; checked on
+/// every request, whatever its purpose.
+fn min_base_fee(request: &api::SignOperationRequest) -> Result<Option<u128>, String> {
+    let text = request.min_base_fee_per_gas.as_str();
+    // Quoted at most 80 characters long: the value is the caller's.
+    let quoted: String = text.chars().take(80).collect();
+    match text {
         "" => Ok(None),
-        text if text.bytes().all(|b| b.is_ascii_digit()) => {
-            text.parse().map(Some).map_err(|_| RULE)
-        }
-        _ => Err(RULE),
+        _ if !text.bytes().all(|b| b.is_ascii_digit()) => Err(format!(
+            "{quoted:?} is not a base fee per gas in wei as decimal digits (empty: none)"
+        )),
+        _ => text
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("{quoted:?} is over the largest base fee, 2^128 - 1 wei")),
     }
 }
 

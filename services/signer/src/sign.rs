@@ -659,6 +659,10 @@ impl Signer {
         caller: &str,
     ) -> Vec<Result<Signed>> {
         use tracing::Instrument;
+        // A call of replacements only: no batch (nothing read, nothing timed).
+        if asked.is_empty() {
+            return Vec::new();
+        }
         let root = self.store.root().clone();
         let ids: Vec<String> = asked.iter().map(|(id, _)| id.clone()).collect();
         let started = std::time::Instant::now();
@@ -686,7 +690,7 @@ impl Signer {
                 .await
             }
         };
-        let started = observe_stage(!asked.is_empty(), "read", started);
+        let started = observe_stage("read", started);
         // Everything before the transaction, side by side, each in its operation's span:
         // reading the records' intents, the key's policy, the chain's fees and nonces (each
         // read once for all who ask at once).
@@ -709,7 +713,7 @@ impl Signer {
                 .instrument(span.clone())
             }))
             .await;
-        let started = observe_stage(!asked.is_empty(), "prepare", started);
+        let started = observe_stage("prepare", started);
         let mut results: Vec<Option<Result<Signed>>> = Vec::with_capacity(asked.len());
         let mut together = Vec::new();
         let mut alone = Vec::new();
@@ -744,7 +748,7 @@ impl Signer {
             signed
         };
         let (alone, together) = tokio::join!(alone, self.commit_together(together));
-        observe_stage(!asked.is_empty(), "commit", started);
+        observe_stage("commit", started);
         for (index, result) in alone.into_iter().chain(together) {
             let (op_id, span) = &asked[index];
             if let Ok(signed) = &result
@@ -886,20 +890,14 @@ impl Signer {
     }
 }
 
-/// Records the time since `started` as a batch's `stage` (`sigcast_signer_batch_seconds`),
-/// if the batch asked for anything, and answers now, when the next stage starts.
-fn observe_stage(
-    asked: bool,
-    stage: &'static str,
-    started: std::time::Instant,
-) -> std::time::Instant {
+/// Records the time since `started` as a batch's `stage` (`sigcast_signer_batch_seconds`) and
+/// answers now, when the next stage starts.
+fn observe_stage(stage: &'static str, started: std::time::Instant) -> std::time::Instant {
     let now = std::time::Instant::now();
-    if asked {
-        sigcast_telemetry::metrics::metrics()
-            .signer_stage_duration
-            .get_or_create(&sigcast_telemetry::metrics::owned(&[("stage", stage)]))
-            .observe((now - started).as_secs_f64());
-    }
+    sigcast_telemetry::metrics::metrics()
+        .signer_stage_duration
+        .get_or_create(&sigcast_telemetry::metrics::owned(&[("stage", stage)]))
+        .observe((now - started).as_secs_f64());
     now
 }
 
@@ -1162,11 +1160,6 @@ impl Signer {
             op_id: op_id.to_owned(),
             source,
         })?;
-        // An endpoint behind the caller's head would price the replacement under it.
-        let current = match min_base_fee {
-            Some(base_fee) => current.for_base_fee_at_least(base_fee),
-            None => current,
-        };
         let policy = policy_for(&self.policies, &op.account);
         let bumps = op
             .attempts
@@ -1192,18 +1185,23 @@ impl Signer {
             .attempts
             .iter()
             .any(|a| a.sends > 0 || a.send_time.is_some());
-        let fees =
-            replacement_fees(kind, previous.fees, current, limits, in_a_pool).ok_or_else(|| {
-                Error::FeeCap {
-                    op_id: op_id.to_owned(),
-                    attempt: replaces_attempt,
-                    why: format!(
-                        "held to the fee caps ({}; chain cap {} gwei) it would not replace it",
-                        describe(limits),
-                        chain.max_fee_per_gas_gwei
-                    ),
-                }
-            })?;
+        let fees = replacement_fees(
+            kind,
+            previous.fees,
+            current,
+            min_base_fee,
+            limits,
+            in_a_pool,
+        )
+        .ok_or_else(|| Error::FeeCap {
+            op_id: op_id.to_owned(),
+            attempt: replaces_attempt,
+            why: format!(
+                "held to the fee caps ({}; chain cap {} gwei) it would not replace it",
+                describe(limits),
+                chain.max_fee_per_gas_gwei
+            ),
+        })?;
         let intent = match kind {
             Replacement::FeeBump => intent,
             Replacement::Cancel | Replacement::GapFill => Intent::EvmTransfer(EvmTransfer {
@@ -1242,7 +1240,9 @@ impl Signer {
 }
 
 /// The fees of a `kind` replacement of an attempt signed with `previous`, with fees at
-/// `current` now, held to `limits`; `None` when they leave no room for a replacement
+/// `current` now, priced for a base fee of at least `min_base_fee` (the head the replacement
+/// was decided at, when the caller names it: a read from an endpoint behind that head would
+/// price it under it), held to `limits`; `None` when they leave no room for a replacement
 /// a node would take. Only a transaction that may sit in a pool (`in_a_pool`: an attempt was
 /// sent) must be outbid: a gap fill replaces nothing (every attempt was refused), nor does a
 /// cancel of an operation never sent; a fee bump or a cancel no node takes would only be a
@@ -1251,9 +1251,14 @@ pub fn replacement_fees(
     kind: Replacement,
     previous: Fees,
     current: Fees,
+    min_base_fee: Option<u128>,
     limits: FeeLimits,
     in_a_pool: bool,
 ) -> Option<Fees> {
+    let current = match min_base_fee {
+        Some(base_fee) => current.for_base_fee_at_least(base_fee),
+        None => current,
+    };
     let fees = Fees::bumped(previous, current).limited(limits);
     let must_outbid = in_a_pool && kind != Replacement::GapFill;
     (!must_outbid || fees.replaces(&previous)).then_some(fees)
@@ -1602,7 +1607,7 @@ mod fee_cap_tests {
         };
         for kind in [Replacement::FeeBump, Replacement::Cancel] {
             assert_eq!(
-                replacement_fees(kind, at_cap, at_cap, FeeLimits::per_gas(cap), true),
+                replacement_fees(kind, at_cap, at_cap, None, FeeLimits::per_gas(cap), true),
                 None,
                 "{kind:?}"
             );
@@ -1613,6 +1618,7 @@ mod fee_cap_tests {
             Replacement::Cancel,
             at_cap,
             at_cap,
+            None,
             FeeLimits::per_gas(cap),
             false,
         )
@@ -1622,6 +1628,7 @@ mod fee_cap_tests {
             Replacement::GapFill,
             at_cap,
             at_cap,
+            None,
             FeeLimits::per_gas(cap),
             true,
         )
@@ -1636,11 +1643,39 @@ mod fee_cap_tests {
             Replacement::FeeBump,
             low,
             low,
+            None,
             FeeLimits::per_gas(cap),
             true,
         )
         .unwrap();
         assert!(bump.replaces(&low) && bump.max_per_gas() <= cap);
+        // Read behind the head it was decided at (a base fee of 20 read, 45 at that head),
+        // a bump is priced for that head, within the cap; past the cap's room, none.
+        let behind = |floor| {
+            replacement_fees(
+                Replacement::FeeBump,
+                low,
+                low,
+                Some(floor),
+                FeeLimits::per_gas(cap),
+                true,
+            )
+        };
+        assert_eq!(behind(45).unwrap().max_per_gas(), 100);
+        assert_eq!(behind(20).unwrap().max_per_gas(), bump.max_per_gas());
+        assert_eq!(
+            replacement_fees(
+                Replacement::FeeBump,
+                low,
+                low,
+                Some(44),
+                FeeLimits::per_gas(1_000),
+                true,
+            )
+            .unwrap()
+            .max_per_gas(),
+            98
+        );
     }
 
     #[test]

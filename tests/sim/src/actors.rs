@@ -637,17 +637,20 @@ async fn sign_one(
                 .and_then(|raw| params_of(&raw))
                 .ok_or("previous payload unreadable")?;
             let current = fees(world, via).await?;
-            let current = match min_base_fee {
-                Some(base_fee) => current.for_base_fee_at_least(base_fee),
-                None => current,
-            };
             let in_a_pool = op
                 .attempts
                 .iter()
                 .any(|a| a.sends > 0 || a.send_time.is_some());
             let limits = sigcast_evm::FeeLimits::per_gas(world.fee_cap());
-            let fees = replacement_fees(kind, previous.fees, current, limits, in_a_pool)
-                .ok_or(AT_FEE_CAP)?;
+            let fees = replacement_fees(
+                kind,
+                previous.fees,
+                current,
+                min_base_fee,
+                limits,
+                in_a_pool,
+            )
+            .ok_or(AT_FEE_CAP)?;
             let (intent, gas_limit) = match kind {
                 SignerReplacement::FeeBump => (intent.clone(), previous.gas_limit),
                 SignerReplacement::Cancel | SignerReplacement::GapFill => (

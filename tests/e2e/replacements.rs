@@ -84,6 +84,67 @@ fn accepted(op: &pb::Operation, reason: &str) -> bool {
         .any(|a| a.reason == reason && a.outcome() == pb::AttemptOutcome::Accepted)
 }
 
+/// Mines a block whose base fee is `base_fee` (above the cap of `op_id`'s only attempt, from
+/// the first account), checks it did not hold the attempt, and waits for the fee bump that
+/// follows; returns it with its fee cap.
+async fn bump_after_a_block_at(
+    stack: &Stack,
+    node: &EvmRpc,
+    op_id: &str,
+    base_fee: u128,
+) -> (pb::Attempt, u128) {
+    node.read(
+        "anvil_setNextBlockBaseFeePerGas",
+        serde_json::json!([format!("0x{base_fee:x}")]),
+    )
+    .await
+    .unwrap();
+    mine(node).await;
+    assert_eq!(
+        node.nonce(DEV[0].parse().unwrap()).await.unwrap(),
+        0,
+        "a block under a base fee above the attempt's cap does not hold it"
+    );
+    let bumped = wait_for(stack, op_id, "fee-bumped", |op| accepted(op, "fee_bump")).await;
+    let bump = bumped
+        .attempts
+        .into_iter()
+        .find(|a| a.reason == "fee_bump")
+        .unwrap();
+    let cap: u128 = bump.max_fee_per_gas.parse().unwrap();
+    (bump, cap)
+}
+
+/// Mines a block and checks that `op_id` is CONFIRMED by `bump`, its one fee bump, and that
+/// one transaction of the first account landed.
+async fn confirmed_by_the_bump_alone(
+    stack: &Stack,
+    node: &EvmRpc,
+    op_id: &str,
+    bump: &pb::Attempt,
+) {
+    mine(node).await;
+    let done = wait_terminal(stack, &[op_id.into()], Duration::from_secs(60)).await;
+    let op = &done[op_id];
+    assert_eq!(
+        op.state(),
+        pb::OperationState::Confirmed,
+        "{}",
+        stack.logs()
+    );
+    assert_eq!(op.result.as_ref().unwrap().tx_id, bump.tx_id);
+    assert_eq!(
+        op.attempts.len(),
+        2,
+        "one bump: priced over the head, it is not bumped again"
+    );
+    assert_eq!(
+        node.nonce(DEV[0].parse().unwrap()).await.unwrap(),
+        1,
+        "exactly one of its transactions landed"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_operation_waiting_for_its_block_is_read_at_most_once_per_check_period() {
     use crate::observability::{scrape, total, total_or_zero};
@@ -963,54 +1024,14 @@ async fn an_attempt_priced_under_the_head_s_base_fee_is_bumped_without_waiting_f
     );
     let signed_at: u128 = sent.attempts[0].max_fee_per_gas.parse().unwrap();
     // The market moves past it: the next block's base fee is ten times the attempt's cap
-    // (as after a run of full blocks), and that block is mined without it.
-    node.read(
-        "anvil_setNextBlockBaseFeePerGas",
-        serde_json::json!([format!("0x{:x}", signed_at * 10)]),
-    )
-    .await
-    .unwrap();
-    mine(&node).await;
-    assert_eq!(
-        node.nonce(DEV[0].parse().unwrap()).await.unwrap(),
-        0,
-        "a block under a base fee above the attempt's cap does not hold it"
-    );
-    let bumped = wait_for(&stack, "priced-out", "fee-bumped", |op| {
-        accepted(op, "fee_bump")
-    })
-    .await;
-    let bump = bumped
-        .attempts
-        .iter()
-        .find(|a| a.reason == "fee_bump")
-        .unwrap();
-    let bump_cap: u128 = bump.max_fee_per_gas.parse().unwrap();
+    // (as after a run of full blocks).
+    let (bump, bump_cap) = bump_after_a_block_at(&stack, &node, "priced-out", signed_at * 10).await;
     assert!(
         bump_cap > signed_at * 10,
         "the bump is priced over the head's base fee: {bump_cap} against {}",
         signed_at * 10
     );
-    mine(&node).await;
-    let done = wait_terminal(&stack, &["priced-out".into()], Duration::from_secs(60)).await;
-    let op = &done["priced-out"];
-    assert_eq!(
-        op.state(),
-        pb::OperationState::Confirmed,
-        "{}",
-        stack.logs()
-    );
-    assert_eq!(op.result.as_ref().unwrap().tx_id, bump.tx_id);
-    assert_eq!(
-        op.attempts.len(),
-        2,
-        "one bump: priced over the head, it is not bumped again"
-    );
-    assert_eq!(
-        node.nonce(DEV[0].parse().unwrap()).await.unwrap(),
-        1,
-        "exactly one of its transactions landed"
-    );
+    confirmed_by_the_bump_alone(&stack, &node, "priced-out", &bump).await;
     let to: Address = recipient(0).parse().unwrap();
     assert_eq!(node.balance(to).await.unwrap(), U256::from(5_151u64));
 }
@@ -1042,43 +1063,11 @@ async fn a_bump_is_priced_for_the_head_it_was_decided_at_when_the_signer_s_endpo
         .unwrap()
         .set_stale_base_fee(Some(stale_base_fee));
     let head_base_fee = signed_at * 10;
-    node.read(
-        "anvil_setNextBlockBaseFeePerGas",
-        serde_json::json!([format!("0x{head_base_fee:x}")]),
-    )
-    .await
-    .unwrap();
-    mine(&node).await;
-    assert_eq!(
-        node.nonce(DEV[0].parse().unwrap()).await.unwrap(),
-        0,
-        "a block under a base fee above the attempt's cap does not hold it"
-    );
-    let bumped = wait_for(&stack, "behind", "fee-bumped", |op| {
-        accepted(op, "fee_bump")
-    })
-    .await;
-    let bump = bumped
-        .attempts
-        .iter()
-        .find(|a| a.reason == "fee_bump")
-        .unwrap();
-    let bump_cap: u128 = bump.max_fee_per_gas.parse().unwrap();
+    let (bump, bump_cap) = bump_after_a_block_at(&stack, &node, "behind", head_base_fee).await;
     assert!(
         bump_cap > head_base_fee,
         "the bump is priced over the head the broadcaster saw ({head_base_fee}), not for the \
          signer's endpoint's ({stale_base_fee}): {bump_cap}"
     );
-    mine(&node).await;
-    let done = wait_terminal(&stack, &["behind".into()], Duration::from_secs(60)).await;
-    let op = &done["behind"];
-    assert_eq!(
-        op.state(),
-        pb::OperationState::Confirmed,
-        "{}",
-        stack.logs()
-    );
-    assert_eq!(op.result.as_ref().unwrap().tx_id, bump.tx_id);
-    assert_eq!(op.attempts.len(), 2, "one bump, priced over the head");
-    assert_eq!(node.nonce(DEV[0].parse().unwrap()).await.unwrap(), 1);
+    confirmed_by_the_bump_alone(&stack, &node, "behind", &bump).await;
 }

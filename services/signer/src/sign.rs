@@ -1187,10 +1187,7 @@ impl Signer {
             Replacement::Cancel | Replacement::GapFill => TRANSFER_GAS,
         };
         let limits = fee_limits(chain.max_fee_per_gas, policy, gas_limit);
-        let in_a_pool = op
-            .attempts
-            .iter()
-            .any(|a| a.sends > 0 || a.send_time.is_some());
+        let in_a_pool = may_sit_in_a_pool(&op);
         let fees = replacement_fees(
             kind,
             previous.fees,
@@ -1243,6 +1240,14 @@ impl Signer {
         }
         Ok(signed)
     }
+}
+
+/// Whether an attempt of `op` was sent, so that a transaction of it may sit in a pool for a
+/// replacement to outbid (see [`replacement_fees`]).
+pub fn may_sit_in_a_pool(op: &pb::Operation) -> bool {
+    op.attempts
+        .iter()
+        .any(|a| a.sends > 0 || a.send_time.is_some())
 }
 
 /// The fees of a `kind` replacement of an attempt signed with `previous`, with fees at

@@ -23,7 +23,8 @@ use sigcast_protocol::{Action, Evidence, Replacement, Settlement, Why, decide, r
 use sigcast_signer::keys::KeyHandle;
 use sigcast_signer::{
     EndpointAtStart, InitialEvm, Replacement as SignerReplacement, ReplacementEvm, Signed,
-    replacement_fees, sign_initial_evm, sign_initial_evm_together, sign_replacement_evm,
+    may_sit_in_a_pool, replacement_fees, sign_initial_evm, sign_initial_evm_together,
+    sign_replacement_evm,
 };
 use sigcast_store::blocks::{self, Seen};
 use sigcast_store::operations::{self, Guard, SubmitOutcome};
@@ -637,10 +638,7 @@ async fn sign_one(
                 .and_then(|raw| params_of(&raw))
                 .ok_or("previous payload unreadable")?;
             let current = fees(world, via).await?;
-            let in_a_pool = op
-                .attempts
-                .iter()
-                .any(|a| a.sends > 0 || a.send_time.is_some());
+            let in_a_pool = may_sit_in_a_pool(&op);
             let limits = sigcast_evm::FeeLimits::per_gas(world.fee_cap());
             let fees = replacement_fees(
                 kind,

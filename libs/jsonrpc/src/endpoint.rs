@@ -50,14 +50,17 @@ impl Endpoint for PoolEndpoint<'_> {
 }
 
 /// An endpoint whose answers to reads that cannot change within one pass over the work are
-/// kept for the pass: blocks and state at a block number, the chain id, how far back history
-/// reaches. The head ("latest", a block height) is kept only briefly: a pass over thousands of
-/// operations outlasts blocks, and a receipt newer than a stale head would wait a pass for no
-/// reason. Dropped with the pass, so nothing read here outlives it.
+/// kept for the pass: blocks and state at a block number, the chain id. The head ("latest", a
+/// block height) is kept only briefly: a pass over thousands of operations outlasts blocks,
+/// and a receipt newer than a stale head would wait a pass for no reason. How far back
+/// history reaches is kept only until the next signature statuses it answers (see
+/// [`PassCache::request`]). Dropped with the pass, so nothing read here outlives it.
 #[derive(Debug)]
 pub struct PassCache<E> {
     inner: E,
     answers: Mutex<HashMap<String, std::sync::Arc<Slot>>>,
+    /// When the last signature statuses it answered came back.
+    statuses_answered: Mutex<Option<std::time::Instant>>,
 }
 
 /// One request's kept answer. Locked across the read, so that the checks of a pass asking
@@ -67,7 +70,7 @@ struct Slot(tokio::sync::Mutex<SlotState>);
 
 #[derive(Debug, Default)]
 struct SlotState {
-    /// The answer, and when it came.
+    /// The answer, and when it was asked for.
     value: Option<(std::time::Instant, Value)>,
     /// The last failure, and when it came: answered to those who waited for it.
     failed: Option<(std::time::Instant, RpcError)>,
@@ -79,6 +82,7 @@ impl<E> PassCache<E> {
         Self {
             inner,
             answers: Mutex::new(HashMap::new()),
+            statuses_answered: Mutex::new(None),
         }
     }
 
@@ -102,11 +106,15 @@ fn reusable_for(method: &str, params: &Value) -> Option<std::time::Duration> {
         | "eth_getBlockByHash"
         | "eth_getTransactionCount"
         | "eth_chainId"
-        | "getFirstAvailableBlock"
-        | "getGenesisHash"
-        | "minimumLedgerSlot" => Some(std::time::Duration::MAX),
+        | "getGenesisHash" => Some(std::time::Duration::MAX),
+        _ if bounds_history(method) => Some(std::time::Duration::MAX),
         _ => None,
     }
+}
+
+/// Whether `method` answers the oldest slot the endpoint's history reaches.
+fn bounds_history(method: &str) -> bool {
+    matches!(method, "getFirstAvailableBlock" | "minimumLedgerSlot")
 }
 
 impl<E: Endpoint> Endpoint for PassCache<E> {
@@ -114,7 +122,20 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
         self.inner.label()
     }
 
+    /// A history bound (the first slot kept) is the evidence that a signature status read
+    /// before it would have shown a landing: it must be read after those statuses (a node
+    /// prunes forward only). So one read before the last statuses this cache answered is
+    /// never reused: a bound of 0 read for one view, then a pruning, then another view's
+    /// statuses with its landed transfer gone, would prove that transfer never landed.
     async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        if method == "getSignatureStatuses" {
+            let answer = self.inner.request(method, params).await;
+            *self
+                .statuses_answered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
+            return answer;
+        }
         let Some(reuse) = reusable_for(method, &params) else {
             return self.inner.request(method, params).await;
         };
@@ -128,8 +149,16 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
             .clone();
         let asked = std::time::Instant::now();
         let mut state = slot.0.lock().await;
+        let kept_since = match bounds_history(method) {
+            true => *self
+                .statuses_answered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+            false => None,
+        };
         if let Some((at, value)) = &state.value
             && at.elapsed() < reuse
+            && kept_since.is_none_or(|since| *at >= since)
         {
             return Ok(value.clone());
         }
@@ -147,12 +176,13 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
         // inclusions keeps what it read).
         let header_only = method == "eth_getBlockByNumber"
             && params.get(1).and_then(Value::as_bool) == Some(false);
+        let sent = std::time::Instant::now();
         match self.inner.request(method, params).await {
             Ok(mut value) => {
                 if header_only && let Some(block) = value.as_object_mut() {
                     block.remove("transactions");
                 }
-                state.value = Some((std::time::Instant::now(), value.clone()));
+                state.value = Some((sent, value.clone()));
                 Ok(value)
             }
             Err(error) => {
@@ -236,6 +266,58 @@ mod tests {
                 assert_eq!(*cache.inner.asked.lock().unwrap(), 2);
             }
         }
+    }
+
+    /// A node that answers anything, counting what it is asked by method.
+    #[derive(Default)]
+    struct Counting(Mutex<HashMap<String, usize>>);
+
+    impl Endpoint for Counting {
+        fn label(&self) -> &str {
+            "http://counting:8899"
+        }
+
+        async fn request(&self, method: &str, _params: Value) -> Result<Value, RpcError> {
+            *self.0.lock().unwrap().entry(method.into()).or_default() += 1;
+            Ok(json!(0))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_history_bound_is_kept_only_until_the_next_statuses_answered() {
+        let cache = PassCache::new(Counting::default());
+        let asked = |method: &str| cache.inner.0.lock().unwrap().get(method).copied();
+        for method in ["minimumLedgerSlot", "getFirstAvailableBlock"] {
+            for _ in 0..2 {
+                cache.request(method, json!([])).await.unwrap();
+            }
+            assert_eq!(asked(method), Some(1), "{method}: kept between statuses");
+        }
+        cache
+            .request("getSignatureStatuses", json!([["S"], {}]))
+            .await
+            .unwrap();
+        for method in ["minimumLedgerSlot", "getFirstAvailableBlock"] {
+            for _ in 0..2 {
+                cache.request(method, json!([])).await.unwrap();
+            }
+            assert_eq!(
+                asked(method),
+                Some(2),
+                "{method}: read again after statuses, once"
+            );
+        }
+        cache.request("getGenesisHash", json!([])).await.unwrap();
+        cache
+            .request("getSignatureStatuses", json!([["S"], {}]))
+            .await
+            .unwrap();
+        cache.request("getGenesisHash", json!([])).await.unwrap();
+        assert_eq!(
+            asked("getGenesisHash"),
+            Some(1),
+            "what bounds no history is kept"
+        );
     }
 
     #[tokio::test]

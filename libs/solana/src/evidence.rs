@@ -192,6 +192,51 @@ mod tests {
         );
     }
 
+    /// An endpoint that prunes its history up to slot 20 when asked for the status of
+    /// `Landed` (a transfer of slot 9, whose status goes with it): the first slot kept is 0
+    /// before, 20 after.
+    #[derive(Default)]
+    struct PrunesAtLanded {
+        pruned: Mutex<bool>,
+    }
+
+    impl Endpoint for PrunesAtLanded {
+        fn label(&self) -> &str {
+            "http://pruning:8899"
+        }
+
+        async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+            let mut pruned = self.pruned.lock().unwrap();
+            Ok(match method {
+                "minimumLedgerSlot" | "getFirstAvailableBlock" => {
+                    json!(if *pruned { 20 } else { 0 })
+                }
+                "getBlockHeight" => json!(500),
+                "getSignatureStatuses" => {
+                    *pruned |= params[0][0] == "Landed";
+                    json!({ "value": [null] })
+                }
+                _ => Value::Null,
+            })
+        }
+    }
+
+    #[test]
+    fn a_history_pruned_after_another_view_of_the_pass_is_not_taken_for_whole() {
+        // The broadcaster reads a pass's views through one cache per endpoint. The first slot
+        // kept, read for the first view before the node pruned, must not be the second's: its
+        // statuses were read after the pruning, and the landed transfer's was gone.
+        let endpoint = sigcast_jsonrpc::PassCache::new(PrunesAtLanded::default());
+        let first = ready(read_view(&endpoint, &["Other".to_owned()], None));
+        assert_eq!(first.first_available_slot, Some(0));
+        let second = ready(read_view(&endpoint, &["Landed".to_owned()], None));
+        assert_eq!(
+            second.first_available_slot,
+            Some(20),
+            "the first slot kept, as the node answered after this view's statuses"
+        );
+    }
+
     #[test]
     fn statuses_count_must_match_the_signatures_asked() {
         let answer = json!({ "context": { "slot": 9 }, "value": [null, {

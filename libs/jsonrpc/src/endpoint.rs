@@ -59,8 +59,8 @@ impl Endpoint for PoolEndpoint<'_> {
 pub struct PassCache<E> {
     inner: E,
     answers: Mutex<HashMap<String, std::sync::Arc<Slot>>>,
-    /// When the last signature statuses it answered came back.
-    statuses_answered: Mutex<Option<std::time::Instant>>,
+    /// Signature statuses asked for at once, read together; when the last came back.
+    statuses: crate::statuses::StatusBatches,
 }
 
 /// One request's kept answer. Locked across the read, so that the checks of a pass asking
@@ -82,7 +82,7 @@ impl<E> PassCache<E> {
         Self {
             inner,
             answers: Mutex::new(HashMap::new()),
-            statuses_answered: Mutex::new(None),
+            statuses: Default::default(),
         }
     }
 
@@ -127,13 +127,16 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
     /// prunes forward only). So one read before the last statuses this cache answered is
     /// never reused: a bound of 0 read for one view, then a pruning, then another view's
     /// statuses with its landed transfer gone, would prove that transfer never landed.
+    ///
+    /// Signature statuses asked for by the views of a pass at once are read in one request
+    /// (see [`crate::statuses`]).
     async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         if method == "getSignatureStatuses" {
+            if let Some(signatures) = crate::statuses::batchable(&params) {
+                return self.statuses.read(&self.inner, signatures).await;
+            }
             let answer = self.inner.request(method, params).await;
-            *self
-                .statuses_answered
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
+            self.statuses.answered_now();
             return answer;
         }
         let Some(reuse) = reusable_for(method, &params) else {
@@ -150,10 +153,7 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
         let asked = std::time::Instant::now();
         let mut state = slot.0.lock().await;
         let kept_since = match bounds_history(method) {
-            true => *self
-                .statuses_answered
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
+            true => self.statuses.last_answered(),
             false => None,
         };
         if let Some((at, value)) = &state.value

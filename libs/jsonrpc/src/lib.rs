@@ -10,6 +10,7 @@ pub mod hedge;
 #[cfg(test)]
 mod hostile_tests;
 mod pool;
+mod statuses;
 
 pub use endpoint::{Endpoint, PassCache, PoolEndpoint};
 pub use error::{Error, Result, RpcError};

@@ -221,15 +221,15 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_history_pruned_after_another_view_of_the_pass_is_not_taken_for_whole() {
+    #[tokio::test]
+    async fn a_history_pruned_after_another_view_of_the_pass_is_not_taken_for_whole() {
         // The broadcaster reads a pass's views through one cache per endpoint. The first slot
         // kept, read for the first view before the node pruned, must not be the second's: its
         // statuses were read after the pruning, and the landed transfer's was gone.
         let endpoint = sigcast_jsonrpc::PassCache::new(PrunesAtLanded::default());
-        let first = ready(read_view(&endpoint, &["Other".to_owned()], None));
+        let first = read_view(&endpoint, &["Other".to_owned()], None).await;
         assert_eq!(first.first_available_slot, Some(0));
-        let second = ready(read_view(&endpoint, &["Landed".to_owned()], None));
+        let second = read_view(&endpoint, &["Landed".to_owned()], None).await;
         assert_eq!(
             second.first_available_slot,
             Some(20),

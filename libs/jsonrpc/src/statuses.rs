@@ -1,0 +1,364 @@
+//! Solana signature statuses asked for at once through one [`crate::PassCache`], read in one
+//! request. A pass checks its operations side by side, and each view asks for the statuses of
+//! its own signatures: one request per operation, where `getSignatureStatuses` takes up to 256
+//! signatures in one. Each view's order of reads holds: its request joins a batch that is read
+//! after it joined, and its answer comes back when that read did.
+
+use crate::{Endpoint, RpcError};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// The most signatures `getSignatureStatuses` answers in one request.
+pub(crate) const MOST_SIGNATURES: usize = 256;
+
+/// The batch views join until it is read, and when the last statuses came back.
+#[derive(Debug, Default)]
+pub(crate) struct StatusBatches {
+    open: Mutex<Option<Arc<Batch>>>,
+    last_answered: Mutex<Option<Instant>>,
+}
+
+#[derive(Debug)]
+struct Batch {
+    /// The signatures asked, in the order they joined.
+    signatures: Mutex<Vec<Value>>,
+    /// The answer to all of them, once read.
+    answer: tokio::sync::watch::Sender<Option<Result<Value, RpcError>>>,
+}
+
+/// The statuses `params` asks for, if they are what a view asks (signatures, searching the
+/// whole history) and few enough for one request: only those are read together.
+pub(crate) fn batchable(params: &Value) -> Option<&Vec<Value>> {
+    let signatures = params.get(0)?.as_array()?;
+    let whole_history = params.get(1) == Some(&json!({ "searchTransactionHistory": true }));
+    let only_those = params.as_array().is_some_and(|p| p.len() == 2);
+    (whole_history
+        && only_those
+        && !signatures.is_empty()
+        && signatures.len() <= MOST_SIGNATURES
+        && signatures.iter().all(Value::is_string))
+    .then_some(signatures)
+}
+
+impl StatusBatches {
+    /// When the last statuses read through this cache came back (the instant its answer
+    /// arrived, the same for every view of a batch), if any did.
+    pub(crate) fn last_answered(&self) -> Option<Instant> {
+        *self.last_answered.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes that statuses came back now (read under the lock, and never moved back).
+    pub(crate) fn answered_now(&self) {
+        let mut last = self.last_answered.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        *last = Some(last.map_or(now, |last| last.max(now)));
+    }
+
+    /// The statuses of `signatures`, read from `endpoint` together with those of every view
+    /// that asks while the batch is open; answered as the node would answer them alone.
+    pub(crate) async fn read(
+        &self,
+        endpoint: &impl Endpoint,
+        signatures: &[Value],
+    ) -> Result<Value, RpcError> {
+        let (batch, offset, leads) = self.join(signatures);
+        let answer = if leads {
+            // Answers the batch whatever becomes of this future: dropped while it waits or
+            // reads, its batch is answered with a failure, not left to hang.
+            let mut lead = Lead {
+                batch: &batch,
+                endpoint: endpoint.label(),
+                answered: false,
+            };
+            // Open while the other views of the pass that are ready to run are polled: they
+            // ask in the same round (a timer of even 2 ms made every wave of checks wait for
+            // it, and sends waited for the pass).
+            tokio::task::yield_now().await;
+            self.close(&batch);
+            let asked =
+                std::mem::take(&mut *batch.signatures.lock().unwrap_or_else(|p| p.into_inner()));
+            let count = asked.len();
+            let answer = endpoint
+                .request(
+                    "getSignatureStatuses",
+                    json!([asked, { "searchTransactionHistory": true }]),
+                )
+                .await
+                .and_then(|value| whole(endpoint, value, count));
+            // Before any view of the batch hears of it: what bounds its history must be read
+            // after this.
+            self.answered_now();
+            batch.answer.send_replace(Some(answer.clone()));
+            lead.answered = true;
+            answer
+        } else {
+            let mut answered = batch.answer.subscribe();
+            let read = answered.wait_for(Option::is_some).await;
+            match read.as_deref() {
+                Ok(Some(answer)) => answer.clone(),
+                _ => Err(abandoned(endpoint.label())),
+            }
+        };
+        answer.map(|value| part(&value, offset, signatures.len()))
+    }
+
+    /// Joins the open batch if it has room, or opens one (and then leads it).
+    fn join(&self, signatures: &[Value]) -> (Arc<Batch>, usize, bool) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(batch) = open.as_ref() {
+            let mut asked = batch.signatures.lock().unwrap_or_else(|p| p.into_inner());
+            if asked.len() + signatures.len() <= MOST_SIGNATURES {
+                let offset = asked.len();
+                asked.extend_from_slice(signatures);
+                return (batch.clone(), offset, false);
+            }
+        }
+        // A full batch is left to its leader, who reads it when its time is up.
+        let batch = Arc::new(Batch {
+            signatures: Mutex::new(signatures.to_vec()),
+            answer: tokio::sync::watch::Sender::new(None),
+        });
+        *open = Some(batch.clone());
+        (batch, 0, true)
+    }
+
+    /// No view joins `batch` from now on.
+    fn close(&self, batch: &Arc<Batch>) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if open.as_ref().is_some_and(|o| Arc::ptr_eq(o, batch)) {
+            *open = None;
+        }
+    }
+}
+
+/// A batch's leader: answers it with a failure if dropped before it read it.
+struct Lead<'b> {
+    batch: &'b Batch,
+    endpoint: &'b str,
+    answered: bool,
+}
+
+impl Drop for Lead<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.batch
+                .answer
+                .send_replace(Some(Err(abandoned(self.endpoint))));
+        }
+    }
+}
+
+/// The answer of a batch whose read was dropped before it came back.
+fn abandoned(endpoint: &str) -> RpcError {
+    RpcError::Transport {
+        endpoint: endpoint.to_owned(),
+        message: "the statuses read this one joined was abandoned".into(),
+        maybe_delivered: true,
+    }
+}
+
+/// The answer, if it has exactly one entry per signature asked: a list of another length
+/// cannot be cut into each view's entries, and one view must never read another's.
+fn whole(endpoint: &impl Endpoint, value: Value, count: usize) -> Result<Value, RpcError> {
+    match value.get("value").and_then(Value::as_array).map(Vec::len) {
+        Some(entries) if entries == count => Ok(value),
+        entries => Err(RpcError::Malformed {
+            endpoint: endpoint.label().to_owned(),
+            message: format!(
+                "getSignatureStatuses answered {} entries for {count} signatures",
+                entries.map_or("no".to_owned(), |n| n.to_string())
+            ),
+        }),
+    }
+}
+
+/// A view's own entries of a whole answer, as the node answers them alone.
+fn part(value: &Value, offset: usize, count: usize) -> Value {
+    let entries = value["value"].as_array().map_or(&[][..], Vec::as_slice);
+    json!({
+        "context": value.get("context").cloned().unwrap_or(Value::Null),
+        "value": entries.get(offset..offset + count).unwrap_or_default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Endpoint, PassCache, RpcError};
+    use serde_json::{Value, json};
+    use std::sync::Mutex;
+
+    /// A node that answers each signature `S<n>` with a status at slot n, recording the
+    /// signatures of each request; `Short` answers one entry too few, `Down` fails.
+    #[derive(Default)]
+    struct Node {
+        asked: Mutex<Vec<Vec<String>>>,
+        answers: Answers,
+    }
+
+    #[derive(Default, PartialEq)]
+    enum Answers {
+        #[default]
+        Whole,
+        Short,
+        Down,
+    }
+
+    impl Endpoint for Node {
+        fn label(&self) -> &str {
+            "http://node:8899"
+        }
+
+        async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+            assert_eq!(method, "getSignatureStatuses");
+            let signatures: Vec<String> = params[0]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_str().unwrap().to_owned())
+                .collect();
+            self.asked.lock().unwrap().push(signatures.clone());
+            if self.answers == Answers::Down {
+                return Err(RpcError::Http {
+                    endpoint: self.label().into(),
+                    status: 503,
+                });
+            }
+            let mut entries: Vec<Value> = signatures
+                .iter()
+                .map(|s| json!({ "slot": s[1..].parse::<u64>().unwrap() }))
+                .collect();
+            if self.answers == Answers::Short {
+                entries.pop();
+            }
+            Ok(json!({ "context": { "slot": 99 }, "value": entries }))
+        }
+    }
+
+    fn asking(signatures: &[&str]) -> Value {
+        json!([signatures, { "searchTransactionHistory": true }])
+    }
+
+    fn slots(answer: &Value) -> Vec<u64> {
+        answer["value"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["slot"].as_u64().unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn views_asking_at_once_are_read_in_one_request_each_answered_its_own() {
+        let cache = PassCache::new(Node::default());
+        let asked: [&[&str]; 3] = [&["S1"], &["S2", "S3"], &["S4"]];
+        let answers = futures::future::join_all(
+            asked
+                .iter()
+                .map(|s| cache.request("getSignatureStatuses", asking(s))),
+        )
+        .await;
+        let answers: Vec<Value> = answers.into_iter().map(Result::unwrap).collect();
+        assert_eq!(
+            answers.iter().map(slots).collect::<Vec<_>>(),
+            [vec![1], vec![2, 3], vec![4]]
+        );
+        assert_eq!(answers[1]["context"], json!({ "slot": 99 }));
+        assert_eq!(
+            *cache.inner().asked.lock().unwrap(),
+            [["S1", "S2", "S3", "S4"]]
+        );
+        // Asked after that read: a read of its own.
+        let later = cache
+            .request("getSignatureStatuses", asking(&["S5"]))
+            .await
+            .unwrap();
+        assert_eq!(slots(&later), [5]);
+        assert_eq!(cache.inner().asked.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn no_request_asks_for_more_than_a_node_answers_at_once() {
+        let cache = PassCache::new(Node::default());
+        let names: Vec<String> = (0..300).map(|n| format!("S{n}")).collect();
+        let answers = futures::future::join_all(
+            names
+                .iter()
+                .map(|name| cache.request("getSignatureStatuses", asking(&[name.as_str()]))),
+        )
+        .await;
+        for (n, answer) in answers.into_iter().enumerate() {
+            assert_eq!(slots(&answer.unwrap()), [n as u64]);
+        }
+        let mut sizes: Vec<usize> = cache
+            .inner()
+            .asked
+            .lock()
+            .unwrap()
+            .iter()
+            .map(Vec::len)
+            .collect();
+        sizes.sort();
+        assert_eq!(
+            sizes,
+            [300 - super::MOST_SIGNATURES, super::MOST_SIGNATURES]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_cannot_be_cut_per_view_or_a_failure_answers_every_view_with_an_error() {
+        for answers in [Answers::Short, Answers::Down] {
+            let cache = PassCache::new(Node {
+                answers,
+                ..Default::default()
+            });
+            // Three entries for four signatures: one of two views would read the other's.
+            let read = futures::future::join(
+                cache.request("getSignatureStatuses", asking(&["S1", "S2"])),
+                cache.request("getSignatureStatuses", asking(&["S3", "S4"])),
+            )
+            .await;
+            assert!(read.0.is_err() && read.1.is_err(), "{:?}", (read.0, read.1));
+            assert_eq!(cache.inner().asked.lock().unwrap().len(), 1);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_view_whose_batch_s_read_is_dropped_is_answered_not_left_waiting() {
+        let cache = PassCache::new(Node::default());
+        use std::future::Future;
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut leader = Box::pin(cache.request("getSignatureStatuses", asking(&["S1"])));
+        assert!(
+            leader.as_mut().poll(&mut context).is_pending(),
+            "the batch is open"
+        );
+        let mut joined = Box::pin(cache.request("getSignatureStatuses", asking(&["S2"])));
+        assert!(joined.as_mut().poll(&mut context).is_pending());
+        drop(leader);
+        let answer = tokio::time::timeout(std::time::Duration::from_secs(5), joined)
+            .await
+            .expect("answered");
+        assert!(answer.is_err(), "{answer:?}");
+        assert!(cache.inner().asked.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn other_questions_are_asked_as_they_are() {
+        let cache = PassCache::new(Node::default());
+        for params in [
+            json!([["S1"]]),
+            json!([["S1"], { "searchTransactionHistory": false }]),
+            json!([[], { "searchTransactionHistory": true }]),
+            json!([[7], { "searchTransactionHistory": true }]),
+        ] {
+            assert!(super::batchable(&params).is_none(), "{params}");
+        }
+        assert!(super::batchable(&asking(&["S1"])).is_some());
+        let alone = cache
+            .request("getSignatureStatuses", json!([["S7"]]))
+            .await
+            .unwrap();
+        assert_eq!(slots(&alone), [7]);
+    }
+}

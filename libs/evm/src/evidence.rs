@@ -947,6 +947,9 @@ mod tests {
         by_hash_from: u64,
         /// How ours executed (`0x1` unless said).
         ours_status: &'static str,
+        /// Whether, once `reorged`, it still answers ours's receipt from the old block 9 (a
+        /// receipt index behind its chain).
+        stale_receipts: bool,
     }
 
     impl Loaded {
@@ -960,6 +963,7 @@ mod tests {
                 hashes: false,
                 by_hash_from: 0,
                 ours_status: "0x1",
+                stale_receipts: false,
             }
         }
 
@@ -1045,6 +1049,9 @@ mod tests {
                     (Lists::OfAnotherBlock, 9) => json!([receipt(self.ours, &block_hash(99))]),
                     _ => json!([]),
                 },
+                "eth_getTransactionReceipt" if self.reorged() && self.stale_receipts => {
+                    receipt(self.ours, &block_hash(9))
+                }
                 "eth_getTransactionReceipt" if self.reorged() => Value::Null,
                 "eth_getTransactionReceipt" => receipt(self.ours, &self.hash(9)),
                 "eth_getTransactionByHash" => Value::Null,
@@ -1513,6 +1520,34 @@ mod tests {
         assert_eq!(after.head.number, 11);
         // What the chain now holds at the nonce: the account's other transaction, in the new
         // block 9.
+        let landed = after.landed.expect("the nonce's user");
+        assert_eq!(landed.tx, tx("cd").to_string(), "{landed:?}");
+        assert_eq!(landed.block.hash, block_hash(109));
+    }
+
+    #[tokio::test]
+    async fn a_block_kept_by_number_from_before_a_reorg_does_not_make_a_stale_receipt_canonical() {
+        // Found in review: within one pass, block 9's header read by number was kept from
+        // before a reorg. A receipt the node still answered from the old block 9 then matched
+        // it, and the view showed ours included in a chain whose block 9 holds another
+        // transaction of the account at the nonce (with one confirmation, CONFIRMED).
+        let node = sigcast_jsonrpc::PassCache::new(Loaded {
+            stale_receipts: true,
+            ..Loaded::new(Lists::Served)
+        });
+        let by_receipt = |node| async move {
+            read_view(node, ACCOUNT.parse().unwrap(), 5, &[tx("ab")], None)
+                .await
+                .unwrap()
+        };
+        assert_ours_in_block_9(by_receipt(&node).await);
+        node_of(&node)
+            .reorged
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        // The head read is kept for 250 ms.
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let after = by_receipt(&node).await;
+        assert_eq!(after.head.number, 11);
         let landed = after.landed.expect("the nonce's user");
         assert_eq!(landed.tx, tx("cd").to_string(), "{landed:?}");
         assert_eq!(landed.block.hash, block_hash(109));

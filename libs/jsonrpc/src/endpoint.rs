@@ -50,17 +50,20 @@ impl Endpoint for PoolEndpoint<'_> {
 }
 
 /// An endpoint whose answers to reads that cannot change within one pass over the work are
-/// kept for the pass: blocks and state at a block number, the chain id. The head ("latest", a
-/// block height) is kept only briefly: a pass over thousands of operations outlasts blocks,
-/// and a receipt newer than a stale head would wait a pass for no reason. How far back
-/// history reaches is kept only until the next signature statuses it answers (see
-/// [`PassCache::request`]). Dropped with the pass, so nothing read here outlives it.
+/// kept for the pass: blocks by hash, the chain id; blocks and state at a block number while
+/// the head last read is the same block (its hash names the whole chain below it). The head
+/// ("latest", a block height) is kept only briefly: a pass over thousands of operations
+/// outlasts blocks, and a receipt newer than a stale head would wait a pass for no reason.
+/// How far back history reaches is kept only until the next signature statuses it answers
+/// (see [`PassCache::request`]). Dropped with the pass, so nothing read here outlives it.
 #[derive(Debug)]
 pub struct PassCache<E> {
     inner: E,
     answers: Mutex<HashMap<String, std::sync::Arc<Slot>>>,
     /// Signature statuses asked for at once, read together; when the last came back.
     statuses: crate::statuses::StatusBatches,
+    /// The hash of the last head ("latest" block) read, what reads by number are kept under.
+    head: Mutex<String>,
 }
 
 /// One request's kept answer. Locked across the read, so that the checks of a pass asking
@@ -83,7 +86,13 @@ impl<E> PassCache<E> {
             inner,
             answers: Mutex::new(HashMap::new()),
             statuses: Default::default(),
+            head: Mutex::default(),
         }
+    }
+
+    /// The hash of the last head read ("" before any).
+    fn head(&self) -> String {
+        self.head.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The endpoint behind the cache.
@@ -95,13 +104,23 @@ impl<E> PassCache<E> {
 /// How long a head read is reused.
 const HEAD_FOR: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// Whether `params` ask about the head ("latest").
+fn at_latest(params: &Value) -> bool {
+    params.get(0).and_then(Value::as_str) == Some("latest")
+        || params.get(1).and_then(Value::as_str) == Some("latest")
+}
+
+/// Whether `method` asks for a block, or state at a block, by its number: what a reorg
+/// changes.
+fn by_number(method: &str, params: &Value) -> bool {
+    matches!(method, "eth_getBlockByNumber" | "eth_getTransactionCount") && !at_latest(params)
+}
+
 /// How long a read's answer may be reused within a pass, if at all.
 fn reusable_for(method: &str, params: &Value) -> Option<std::time::Duration> {
-    let latest = params.get(0).and_then(Value::as_str) == Some("latest")
-        || params.get(1).and_then(Value::as_str) == Some("latest");
     match method {
         "eth_blockNumber" | "getBlockHeight" => Some(HEAD_FOR),
-        "eth_getBlockByNumber" | "eth_getTransactionCount" if latest => Some(HEAD_FOR),
+        "eth_getBlockByNumber" | "eth_getTransactionCount" if at_latest(params) => Some(HEAD_FOR),
         "eth_getBlockByNumber"
         | "eth_getBlockByHash"
         | "eth_getTransactionCount"
@@ -142,7 +161,14 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
         let Some(reuse) = reusable_for(method, &params) else {
             return self.inner.request(method, params).await;
         };
-        let key = format!("{method}{params}");
+        // A block (or state at one) by number is kept under the head last read: once a head
+        // of another hash is read (a new block, or a reorg), it is read again. Kept across a
+        // reorg, block 9's header from before it made a receipt the node still answered from
+        // the old block 9 look canonical in a view of the new chain.
+        let key = match by_number(method, &params) {
+            true => format!("{method}{params}@{}", self.head()),
+            false => format!("{method}{params}"),
+        };
         let slot = self
             .answers
             .lock()
@@ -177,8 +203,12 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
         let header_only = method == "eth_getBlockByNumber"
             && params.get(1).and_then(Value::as_bool) == Some(false);
         let sent = std::time::Instant::now();
+        let reads_head = method == "eth_getBlockByNumber" && at_latest(&params);
         match self.inner.request(method, params).await {
             Ok(mut value) => {
+                if reads_head && let Some(hash) = value.get("hash").and_then(Value::as_str) {
+                    *self.head.lock().unwrap_or_else(|p| p.into_inner()) = hash.to_owned();
+                }
                 if header_only && let Some(block) = value.as_object_mut() {
                     block.remove("transactions");
                 }

@@ -115,9 +115,12 @@ impl SolanaNode {
         let server = {
             let chain = chain.clone();
             tokio::spawn(async move {
+                // Connections live in the server's task set: a node dropped stops answering
+                // on the connections kept alive too, as a node that went down would.
+                let mut connections = tokio::task::JoinSet::new();
                 while let Ok((stream, _)) = listener.accept().await {
-                    let chain = chain.clone();
-                    tokio::spawn(serve(stream, chain));
+                    while connections.try_join_next().is_some() {}
+                    connections.spawn(serve(stream, chain.clone()));
                 }
             })
         };

@@ -22,6 +22,20 @@ pub trait Endpoint: Send + Sync {
     ) -> impl Future<Output = Result<Value, RpcError>> + Send;
 }
 
+impl<E: Endpoint> Endpoint for &E {
+    fn label(&self) -> &str {
+        (**self).label()
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> impl Future<Output = Result<Value, RpcError>> + Send {
+        (**self).request(method, params)
+    }
+}
+
 /// An endpoint of a pool, with the pool's health accounting and metrics.
 #[derive(Debug, Clone, Copy)]
 pub struct PoolEndpoint<'p> {
@@ -64,6 +78,8 @@ pub struct PassCache<E> {
     statuses: crate::statuses::StatusBatches,
     /// The hash of the last head ("latest" block) read, what reads by number are kept under.
     head: Mutex<String>,
+    /// What tells the time: the system's monotonic clock, or a simulation's.
+    clock: fn() -> std::time::Instant,
 }
 
 /// One request's kept answer. Locked across the read, so that the checks of a pass asking
@@ -82,11 +98,18 @@ struct SlotState {
 impl<E> PassCache<E> {
     /// A cache in front of `inner`, empty.
     pub fn new(inner: E) -> Self {
+        Self::with_clock(inner, std::time::Instant::now)
+    }
+
+    /// A cache in front of `inner`, empty, whose time is `clock`'s: a simulation's own, so
+    /// that what is kept and for how long follows its simulated time, run after run.
+    pub fn with_clock(inner: E, clock: fn() -> std::time::Instant) -> Self {
         Self {
             inner,
             answers: Mutex::new(HashMap::new()),
             statuses: Default::default(),
             head: Mutex::default(),
+            clock,
         }
     }
 
@@ -152,10 +175,13 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
     async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         if method == "getSignatureStatuses" {
             if let Some(signatures) = crate::statuses::batchable(&params) {
-                return self.statuses.read(&self.inner, signatures).await;
+                return self
+                    .statuses
+                    .read(&self.inner, signatures, self.clock)
+                    .await;
             }
             let answer = self.inner.request(method, params).await;
-            self.statuses.answered_now();
+            self.statuses.answered_at((self.clock)());
             return answer;
         }
         let Some(reuse) = reusable_for(method, &params) else {
@@ -176,14 +202,17 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
             .entry(key)
             .or_default()
             .clone();
-        let asked = std::time::Instant::now();
+        let asked = (self.clock)();
         let mut state = slot.0.lock().await;
+        // A bound sent after this caller asked, or after the last statuses came back, was sent
+        // after this caller's own statuses came back (it asks for the bound once they did): so
+        // callers waiting on one read share the next, whatever statuses came back meanwhile.
         let kept_since = match bounds_history(method) {
-            true => self.statuses.last_answered(),
+            true => self.statuses.last_answered().map(|last| last.min(asked)),
             false => None,
         };
         if let Some((at, value)) = &state.value
-            && at.elapsed() < reuse
+            && (self.clock)().saturating_duration_since(*at) < reuse
             && kept_since.is_none_or(|since| *at >= since)
         {
             return Ok(value.clone());
@@ -202,7 +231,7 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
         // inclusions keeps what it read).
         let header_only = method == "eth_getBlockByNumber"
             && params.get(1).and_then(Value::as_bool) == Some(false);
-        let sent = std::time::Instant::now();
+        let sent = (self.clock)();
         let reads_head = method == "eth_getBlockByNumber" && at_latest(&params);
         match self.inner.request(method, params).await {
             Ok(mut value) => {
@@ -216,7 +245,7 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
                 Ok(value)
             }
             Err(error) => {
-                state.failed = Some((std::time::Instant::now(), error.clone()));
+                state.failed = Some(((self.clock)(), error.clone()));
                 Err(error)
             }
         }

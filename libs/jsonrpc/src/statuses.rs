@@ -48,27 +48,29 @@ impl StatusBatches {
         *self.last_answered.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Notes that statuses came back now (read under the lock, and never moved back).
-    pub(crate) fn answered_now(&self) {
+    /// Notes that statuses came back `now` (never moving the time noted back).
+    pub(crate) fn answered_at(&self, now: Instant) {
         let mut last = self.last_answered.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
         *last = Some(last.map_or(now, |last| last.max(now)));
     }
 
     /// The statuses of `signatures`, read from `endpoint` together with those of every view
     /// that asks while the batch is open; answered as the node would answer them alone.
+    /// `clock` tells when the answer came.
     pub(crate) async fn read(
         &self,
         endpoint: &impl Endpoint,
         signatures: &[Value],
+        clock: fn() -> Instant,
     ) -> Result<Value, RpcError> {
         let (batch, offset, leads) = self.join(signatures);
         let answer = if leads {
             // Answers the batch whatever becomes of this future: dropped while it waits or
             // reads, its batch is answered with a failure, not left to hang.
             let mut lead = Lead {
+                batches: self,
                 batch: &batch,
-                endpoint: endpoint.label(),
+                label: endpoint.label(),
                 answered: false,
             };
             // Open while the other views of the pass that are ready to run are polled: they
@@ -88,7 +90,7 @@ impl StatusBatches {
                 .and_then(|value| whole(endpoint, value, count));
             // Before any view of the batch hears of it: what bounds its history must be read
             // after this.
-            self.answered_now();
+            self.answered_at(clock());
             batch.answer.send_replace(Some(answer.clone()));
             lead.answered = true;
             answer
@@ -132,19 +134,23 @@ impl StatusBatches {
     }
 }
 
-/// A batch's leader: answers it with a failure if dropped before it read it.
+/// A batch's leader: answers it with a failure, and closes it, if dropped before it read it
+/// (left open, views asking later would join a batch already answered, and fail).
 struct Lead<'b> {
-    batch: &'b Batch,
-    endpoint: &'b str,
+    batches: &'b StatusBatches,
+    batch: &'b Arc<Batch>,
+    /// The endpoint's label.
+    label: &'b str,
     answered: bool,
 }
 
 impl Drop for Lead<'_> {
     fn drop(&mut self) {
         if !self.answered {
+            self.batches.close(self.batch);
             self.batch
                 .answer
-                .send_replace(Some(Err(abandoned(self.endpoint))));
+                .send_replace(Some(Err(abandoned(self.label))));
         }
     }
 }
@@ -341,6 +347,12 @@ mod tests {
             .expect("answered");
         assert!(answer.is_err(), "{answer:?}");
         assert!(cache.inner().asked.lock().unwrap().is_empty());
+        // A view asking after that reads, rather than joining the abandoned batch.
+        let later = cache
+            .request("getSignatureStatuses", asking(&["S3"]))
+            .await
+            .unwrap();
+        assert_eq!(slots(&later), [3]);
     }
 
     #[tokio::test]

@@ -15,7 +15,7 @@ use serde_json::json;
 use sigcast_domain::{EvmAddress, EvmContractCall, EvmTransfer, Intent, OpId, Wei};
 use sigcast_evm::evidence::{Answer, Outcomes, Shared, SharedOutcomes};
 use sigcast_evm::{Address, B256, Fees, TxParams, params_of};
-use sigcast_jsonrpc::Endpoint;
+use sigcast_jsonrpc::{Endpoint, PassCache};
 use sigcast_proto::{intent_from_proto, new_operation, pb};
 use sigcast_protocol::evm::replacement_base_fee;
 use sigcast_protocol::record;
@@ -754,6 +754,15 @@ pub(crate) async fn broadcaster(world: Rc<World>, name: String, mut rng: StdRng)
     let reads = std::sync::Mutex::new(ProcessReads::new(world.endpoints.len()));
     loop {
         sleep(world.settings.poll_ms).await;
+        // Each endpoint read through one cache for the pass, as the worker reads them.
+        let caches: Vec<_> = (0..world.endpoints.len())
+            .map(|index| {
+                PassCache::with_clock(
+                    hedged::RankedEndpoint::new(&world, index, &reads),
+                    crate::exec::instant,
+                )
+            })
+            .collect();
         for state in [
             pb::OperationState::Received,
             pb::OperationState::Signed,
@@ -768,7 +777,7 @@ pub(crate) async fn broadcaster(world: Rc<World>, name: String, mut rng: StdRng)
                 ops = sign_by_account(&world, &name, ops).await;
             }
             for op in ops {
-                work_on(&world, &name, op, lists.as_ref(), &reads, &mut rng).await;
+                work_on(&world, &name, op, lists.as_ref(), &reads, &caches, &mut rng).await;
             }
         }
     }
@@ -956,6 +965,7 @@ async fn work_on(
     op: pb::Operation,
     shared_lists: Option<&sigcast_evm::evidence::RecentReceipts>,
     reads: &std::sync::Mutex<ProcessReads>,
+    caches: &[PassCache<hedged::RankedEndpoint<'_>>],
     rng: &mut StdRng,
 ) {
     let mut evidence = Evidence::None;
@@ -984,7 +994,7 @@ async fn work_on(
                 break;
             }
             // Each request recorded in the process's ranking, as the pool records it.
-            let endpoint = &hedged::RankedEndpoint::new(world, index, reads);
+            let endpoint = &caches[index];
             // Half the reads as under load, from whole blocks' receipt lists (kept for this
             // read only: their reuse across passes is by block hash; or, sharing, the
             // process's). Chosen without drawing from the seed's stream, so the regression

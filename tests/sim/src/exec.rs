@@ -26,6 +26,14 @@ pub(crate) fn system_time() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_millis(now_ms())
 }
 
+/// The simulated clock as a monotonic instant (a fixed origin plus the simulated time): what
+/// the broadcaster's pass cache keeps, and for how long, follows the simulation, not the
+/// machine it runs on.
+pub(crate) fn instant() -> std::time::Instant {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *ORIGIN.get_or_init(std::time::Instant::now) + Duration::from_millis(now_ms())
+}
+
 pub(crate) fn reset_clock() {
     NOW_MS.with(|n| n.set(0));
     SLEEP_UNTIL.with(|s| s.set(None));

@@ -14,7 +14,7 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use serde_json::json;
 use sigcast_domain::{AttemptReason, Intent, Lamports, OpId, SolanaPubkey, SolanaTransfer};
-use sigcast_jsonrpc::Endpoint;
+use sigcast_jsonrpc::{Endpoint, PassCache};
 use sigcast_proto::sigcast::signer::v1::SignPurpose;
 use sigcast_proto::{intent_from_proto, new_operation, pb};
 use sigcast_protocol::solana::{Lifetime, signing_of, uses_durable_nonce};
@@ -85,11 +85,12 @@ fn pubkey(text: &str) -> Option<[u8; 32]> {
     bs58::decode(text).into_vec().ok()?.try_into().ok()
 }
 
-/// A view of one endpoint, read with the product's reader (and, broken on purpose, trusted
-/// beyond what it proves).
+/// A view of one endpoint, read with the product's reader through `endpoint` (the pass's
+/// cache of `raw`, or `raw` itself), and, broken on purpose, trusted beyond what it proves.
 async fn read_view(
     world: &SolWorld,
-    endpoint: &super::endpoint::SolEndpoint,
+    endpoint: &impl Endpoint,
+    raw: &super::endpoint::SolEndpoint,
     signatures: &[String],
     nonce_account: Option<&[u8; 32]>,
 ) -> SolanaView {
@@ -120,8 +121,10 @@ async fn read_view(
         Tamper::TrustPrunedHistory => view.first_available_slot = Some(0),
         Tamper::IgnoreNonceSlot => view.nonce_slot = view.nonce_slot.map(|_| u64::MAX),
         Tamper::ShortStatuses if view.statuses.is_none() => {
-            // The list as answered, the missing entries read as "unknown".
-            let answer = endpoint
+            // The list as answered, the missing entries read as "unknown". Asked of the node
+            // itself: the pass's cache refuses a list that does not hold one entry per
+            // signature before any view reads it.
+            let answer = raw
                 .request(
                     "getSignatureStatuses",
                     json!([signatures, { "searchTransactionHistory": true }]),
@@ -301,7 +304,14 @@ async fn sign_one(
             let nonce_account = signing_of(&op)
                 .filter(|s| uses_durable_nonce(s))
                 .and_then(|s| pubkey(&s.nonce_account));
-            let view = read_view(world, endpoint, &signatures, nonce_account.as_ref()).await;
+            let view = read_view(
+                world,
+                endpoint,
+                endpoint,
+                &signatures,
+                nonce_account.as_ref(),
+            )
+            .await;
             match sigcast_protocol::solana::lifetime(&op, &view, system_time()) {
                 Lifetime::Over(_) => {}
                 other => return Err(format!("not proven over: {other:?}")),
@@ -435,6 +445,12 @@ pub(crate) async fn broadcaster(world: Rc<SolWorld>, name: String, mut rng: StdR
     let work = sigcast_store::work::WorkList::default();
     loop {
         sleep(200).await;
+        // Each endpoint read through one cache for the pass, as the worker reads them.
+        let caches: Vec<_> = world
+            .endpoints
+            .iter()
+            .map(|endpoint| PassCache::with_clock(endpoint, crate::exec::instant))
+            .collect();
         for state in [
             pb::OperationState::Received,
             pb::OperationState::Signed,
@@ -443,13 +459,19 @@ pub(crate) async fn broadcaster(world: Rc<SolWorld>, name: String, mut rng: StdR
             let ops = list_work(&world, &work, CHAIN, state, world.settings.tamper);
             yield_now().await;
             for op in ops {
-                work_on(&world, &name, op, &mut rng).await;
+                work_on(&world, &name, op, &caches, &mut rng).await;
             }
         }
     }
 }
 
-async fn work_on(world: &Rc<SolWorld>, name: &str, op: pb::Operation, rng: &mut StdRng) {
+async fn work_on(
+    world: &Rc<SolWorld>,
+    name: &str,
+    op: pb::Operation,
+    caches: &[PassCache<&super::endpoint::SolEndpoint>],
+    rng: &mut StdRng,
+) {
     let mut views = Vec::new();
     let mut action = decide(&op, &Evidence::None, system_time(), &world.rules);
     if matches!(action, Action::ReadMore(_)) {
@@ -465,8 +487,8 @@ async fn work_on(world: &Rc<SolWorld>, name: &str, op: pb::Operation, rng: &mut 
             if !matches!(action, Action::ReadMore(_)) {
                 break;
             }
-            let endpoint = &world.endpoints[index];
-            views.push(read_view(world, endpoint, &signatures, nonce_account.as_ref()).await);
+            let (cache, raw) = (&caches[index], &world.endpoints[index]);
+            views.push(read_view(world, cache, raw, &signatures, nonce_account.as_ref()).await);
             action = decide(
                 &op,
                 &Evidence::Solana(views.clone()),

@@ -24,7 +24,17 @@ struct Batch {
     /// The signatures asked, in the order they joined.
     signatures: Mutex<Vec<Value>>,
     /// The answer to all of them, once read.
-    answer: tokio::sync::watch::Sender<Option<Result<Value, RpcError>>>,
+    answer: tokio::sync::watch::Sender<Option<Shared>>,
+}
+
+/// What a batch's read gave its views.
+#[derive(Debug, Clone)]
+enum Shared {
+    /// The answer to all of them, or the failure of the read.
+    Read(Result<Value, RpcError>),
+    /// The node refused the request (a JSON-RPC error): each view asks alone, so that one
+    /// signature it refuses (or a limit lower than 256) fails only its own view's read.
+    EachAlone,
 }
 
 /// The statuses `params` asks for, if they are what a view asks (signatures, searching the
@@ -91,18 +101,34 @@ impl StatusBatches {
             // Before any view of the batch hears of it: what bounds its history must be read
             // after this.
             self.answered_at(clock());
-            batch.answer.send_replace(Some(answer.clone()));
+            let shared = match answer {
+                Err(RpcError::Node { .. }) if count > signatures.len() => Shared::EachAlone,
+                answer => Shared::Read(answer),
+            };
+            batch.answer.send_replace(Some(shared.clone()));
             lead.answered = true;
-            answer
+            shared
         } else {
             let mut answered = batch.answer.subscribe();
             let read = answered.wait_for(Option::is_some).await;
             match read.as_deref() {
-                Ok(Some(answer)) => answer.clone(),
-                _ => Err(abandoned(endpoint.label())),
+                Ok(Some(shared)) => shared.clone(),
+                _ => Shared::Read(Err(abandoned(endpoint.label()))),
             }
         };
-        answer.map(|value| part(&value, offset, signatures.len()))
+        match answer {
+            Shared::Read(answer) => answer.map(|value| part(&value, offset, signatures.len())),
+            Shared::EachAlone => {
+                let alone = endpoint
+                    .request(
+                        "getSignatureStatuses",
+                        json!([signatures, { "searchTransactionHistory": true }]),
+                    )
+                    .await;
+                self.answered_at(clock());
+                alone
+            }
+        }
     }
 
     /// Joins the open batch if it has room, or opens one (and then leads it).
@@ -150,7 +176,7 @@ impl Drop for Lead<'_> {
             self.batches.close(self.batch);
             self.batch
                 .answer
-                .send_replace(Some(Err(abandoned(self.label))));
+                .send_replace(Some(Shared::Read(Err(abandoned(self.label)))));
         }
     }
 }
@@ -208,6 +234,8 @@ mod tests {
         Whole,
         Short,
         Down,
+        /// Refuses (invalid params) any request naming `S0`.
+        RefusesS0,
     }
 
     impl Endpoint for Node {
@@ -236,6 +264,13 @@ mod tests {
                 .collect();
             if self.answers == Answers::Short {
                 entries.pop();
+            }
+            if self.answers == Answers::RefusesS0 && signatures.iter().any(|s| s == "S0") {
+                return Err(RpcError::Node {
+                    endpoint: self.label().into(),
+                    code: -32602,
+                    message: "Invalid param: S0".into(),
+                });
             }
             Ok(json!({ "context": { "slot": 99 }, "value": entries }))
         }
@@ -327,6 +362,32 @@ mod tests {
             assert!(read.0.is_err() && read.1.is_err(), "{:?}", (read.0, read.1));
             assert_eq!(cache.inner().asked.lock().unwrap().len(), 1);
         }
+    }
+
+    #[tokio::test]
+    async fn a_signature_the_node_refuses_fails_only_its_own_view() {
+        let cache = PassCache::new(Node {
+            answers: Answers::RefusesS0,
+            ..Default::default()
+        });
+        let asked: [&[&str]; 3] = [&["S1"], &["S0", "S2"], &["S3"]];
+        let answers = futures::future::join_all(
+            asked
+                .iter()
+                .map(|s| cache.request("getSignatureStatuses", asking(s))),
+        )
+        .await;
+        assert_eq!(slots(answers[0].as_ref().unwrap()), [1]);
+        assert!(
+            matches!(answers[1], Err(RpcError::Node { .. })),
+            "{answers:?}"
+        );
+        assert_eq!(slots(answers[2].as_ref().unwrap()), [3]);
+        assert_eq!(
+            cache.inner().asked.lock().unwrap().len(),
+            4,
+            "the batch, then each view alone"
+        );
     }
 
     #[tokio::test]

@@ -89,10 +89,11 @@ struct Slot(tokio::sync::Mutex<SlotState>);
 
 #[derive(Debug, Default)]
 struct SlotState {
-    /// The answer, and when it was asked for.
-    value: Option<(std::time::Instant, Value)>,
-    /// The last failure, and when it came: answered to those who waited for it.
-    failed: Option<(std::time::Instant, RpcError)>,
+    /// The answer, when it was asked for, and the cache's event that asked (see
+    /// `StatusBatches::event`).
+    value: Option<(std::time::Instant, u64, Value)>,
+    /// The last failure, and the event at which it came: answered to those who waited for it.
+    failed: Option<(u64, RpcError)>,
 }
 
 impl<E> PassCache<E> {
@@ -175,13 +176,10 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
     async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         if method == "getSignatureStatuses" {
             if let Some(signatures) = crate::statuses::batchable(&params) {
-                return self
-                    .statuses
-                    .read(&self.inner, signatures, self.clock)
-                    .await;
+                return self.statuses.read(&self.inner, signatures).await;
             }
             let answer = self.inner.request(method, params).await;
-            self.statuses.answered_at((self.clock)());
+            self.statuses.answered();
             return answer;
         }
         let Some(reuse) = reusable_for(method, &params) else {
@@ -202,7 +200,7 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
             .entry(key)
             .or_default()
             .clone();
-        let asked = (self.clock)();
+        let asked = self.statuses.event();
         let mut state = slot.0.lock().await;
         // A bound sent after this caller asked, or after the last statuses came back, was sent
         // after this caller's own statuses came back (it asks for the bound once they did): so
@@ -211,16 +209,16 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
             true => self.statuses.last_answered().map(|last| last.min(asked)),
             false => None,
         };
-        if let Some((at, value)) = &state.value
+        if let Some((at, sent, value)) = &state.value
             && (self.clock)().saturating_duration_since(*at) < reuse
-            && kept_since.is_none_or(|since| *at >= since)
+            && kept_since.is_none_or(|since| *sent > since)
         {
             return Ok(value.clone());
         }
         // A read that failed while this one waited for it: its answer (one node that does
         // not answer is not asked again, one timeout after another, by every waiting check).
-        if let Some((at, error)) = &state.failed
-            && *at >= asked
+        if let Some((failed, error)) = &state.failed
+            && *failed > asked
         {
             return Err(error.clone());
         }
@@ -231,7 +229,7 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
         // inclusions keeps what it read).
         let header_only = method == "eth_getBlockByNumber"
             && params.get(1).and_then(Value::as_bool) == Some(false);
-        let sent = (self.clock)();
+        let (at, sent) = ((self.clock)(), self.statuses.event());
         let reads_head = method == "eth_getBlockByNumber" && at_latest(&params);
         match self.inner.request(method, params).await {
             Ok(mut value) => {
@@ -241,11 +239,11 @@ impl<E: Endpoint> Endpoint for PassCache<E> {
                 if header_only && let Some(block) = value.as_object_mut() {
                     block.remove("transactions");
                 }
-                state.value = Some((sent, value.clone()));
+                state.value = Some((at, sent, value.clone()));
                 Ok(value)
             }
             Err(error) => {
-                state.failed = Some(((self.clock)(), error.clone()));
+                state.failed = Some((self.statuses.event(), error.clone()));
                 Err(error)
             }
         }

@@ -6,8 +6,13 @@
 
 use crate::{Endpoint, RpcError};
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+
+/// The JSON-RPC error a node gives a request it refuses for what it names (a signature it
+/// does not parse, more signatures than it takes): asked alone, the others may be answered.
+/// Any other error (a rate limit, an internal one) is the batch's, not one view's.
+const INVALID_PARAMS: i64 = -32602;
 
 /// The most signatures `getSignatureStatuses` answers in one request.
 pub(crate) const MOST_SIGNATURES: usize = 256;
@@ -16,7 +21,13 @@ pub(crate) const MOST_SIGNATURES: usize = 256;
 #[derive(Debug, Default)]
 pub(crate) struct StatusBatches {
     open: Mutex<Option<Arc<Batch>>>,
-    last_answered: Mutex<Option<Instant>>,
+    /// The cache's events in the order they happen (statuses answered, reads asked for and
+    /// sent): a count, not a clock, so no two tie (a simulated clock of milliseconds gives
+    /// many the same instant, and a bound sent "at" the instant some statuses came back
+    /// may have been sent before them).
+    events: AtomicU64,
+    /// The event at which the last statuses came back (0: none yet).
+    last_answered: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -32,7 +43,7 @@ struct Batch {
 enum Shared {
     /// The answer to all of them, or the failure of the read.
     Read(Result<Value, RpcError>),
-    /// The node refused the request (a JSON-RPC error): each view asks alone, so that one
+    /// The node refused the request's parameters: each view asks alone, so that one
     /// signature it refuses (or a limit lower than 256) fails only its own view's read.
     EachAlone,
 }
@@ -52,26 +63,29 @@ pub(crate) fn batchable(params: &Value) -> Option<&Vec<Value>> {
 }
 
 impl StatusBatches {
-    /// When the last statuses read through this cache came back (the instant its answer
-    /// arrived, the same for every view of a batch), if any did.
-    pub(crate) fn last_answered(&self) -> Option<Instant> {
-        *self.last_answered.lock().unwrap_or_else(|p| p.into_inner())
+    /// The next event of the cache.
+    pub(crate) fn event(&self) -> u64 {
+        self.events.fetch_add(1, Ordering::SeqCst) + 1
     }
 
-    /// Notes that statuses came back `now` (never moving the time noted back).
-    pub(crate) fn answered_at(&self, now: Instant) {
-        let mut last = self.last_answered.lock().unwrap_or_else(|p| p.into_inner());
-        *last = Some(last.map_or(now, |last| last.max(now)));
+    /// The event at which the last statuses read through this cache came back (when its
+    /// answer arrived, the same for every view of a batch), if any did.
+    pub(crate) fn last_answered(&self) -> Option<u64> {
+        Some(self.last_answered.load(Ordering::SeqCst)).filter(|&event| event > 0)
+    }
+
+    /// Notes that statuses came back now (never moving the event noted back).
+    pub(crate) fn answered(&self) {
+        let now = self.event();
+        self.last_answered.fetch_max(now, Ordering::SeqCst);
     }
 
     /// The statuses of `signatures`, read from `endpoint` together with those of every view
     /// that asks while the batch is open; answered as the node would answer them alone.
-    /// `clock` tells when the answer came.
     pub(crate) async fn read(
         &self,
         endpoint: &impl Endpoint,
         signatures: &[Value],
-        clock: fn() -> Instant,
     ) -> Result<Value, RpcError> {
         let (batch, offset, leads) = self.join(signatures);
         let answer = if leads {
@@ -100,9 +114,12 @@ impl StatusBatches {
                 .and_then(|value| whole(endpoint, value, count));
             // Before any view of the batch hears of it: what bounds its history must be read
             // after this.
-            self.answered_at(clock());
+            self.answered();
             let shared = match answer {
-                Err(RpcError::Node { .. }) if count > signatures.len() => Shared::EachAlone,
+                Err(RpcError::Node {
+                    code: INVALID_PARAMS,
+                    ..
+                }) if count > signatures.len() => Shared::EachAlone,
                 answer => Shared::Read(answer),
             };
             batch.answer.send_replace(Some(shared.clone()));
@@ -125,7 +142,7 @@ impl StatusBatches {
                         json!([signatures, { "searchTransactionHistory": true }]),
                     )
                     .await;
-                self.answered_at(clock());
+                self.answered();
                 alone
             }
         }
@@ -236,6 +253,8 @@ mod tests {
         Down,
         /// Refuses (invalid params) any request naming `S0`.
         RefusesS0,
+        /// Answers every request with a rate limit's error.
+        RateLimited,
     }
 
     impl Endpoint for Node {
@@ -264,6 +283,13 @@ mod tests {
                 .collect();
             if self.answers == Answers::Short {
                 entries.pop();
+            }
+            if self.answers == Answers::RateLimited {
+                return Err(RpcError::Node {
+                    endpoint: self.label().into(),
+                    code: -32005,
+                    message: "rate limited".into(),
+                });
             }
             if self.answers == Answers::RefusesS0 && signatures.iter().any(|s| s == "S0") {
                 return Err(RpcError::Node {
@@ -348,7 +374,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_answer_that_cannot_be_cut_per_view_or_a_failure_answers_every_view_with_an_error() {
-        for answers in [Answers::Short, Answers::Down] {
+        // (A rate limit is the batch's: its views are not asked again one by one.)
+        for answers in [Answers::Short, Answers::Down, Answers::RateLimited] {
             let cache = PassCache::new(Node {
                 answers,
                 ..Default::default()

@@ -226,15 +226,23 @@ mod tests {
         // The broadcaster reads a pass's views through one cache per endpoint. The first slot
         // kept, read for the first view before the node pruned, must not be the second's: its
         // statuses were read after the pruning, and the landed transfer's was gone.
-        let endpoint = sigcast_jsonrpc::PassCache::new(PrunesAtLanded::default());
-        let first = read_view(&endpoint, &["Other".to_owned()], None).await;
-        assert_eq!(first.first_available_slot, Some(0));
-        let second = read_view(&endpoint, &["Landed".to_owned()], None).await;
-        assert_eq!(
-            second.first_available_slot,
-            Some(20),
-            "the first slot kept, as the node answered after this view's statuses"
-        );
+        // Also on a clock that gives every read the same instant, as a simulated clock of
+        // milliseconds does: the order of reads, not their times, decides.
+        fn frozen() -> std::time::Instant {
+            static AT: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+            *AT.get_or_init(std::time::Instant::now)
+        }
+        for clock in [std::time::Instant::now, frozen] {
+            let endpoint = sigcast_jsonrpc::PassCache::with_clock(PrunesAtLanded::default(), clock);
+            let first = read_view(&endpoint, &["Other".to_owned()], None).await;
+            assert_eq!(first.first_available_slot, Some(0));
+            let second = read_view(&endpoint, &["Landed".to_owned()], None).await;
+            assert_eq!(
+                second.first_available_slot,
+                Some(20),
+                "the first slot kept, as the node answered after this view's statuses"
+            );
+        }
     }
 
     #[test]

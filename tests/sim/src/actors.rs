@@ -754,20 +754,21 @@ pub(crate) async fn broadcaster(world: Rc<World>, name: String, mut rng: StdRng)
     let reads = std::sync::Mutex::new(ProcessReads::new(world.endpoints.len()));
     loop {
         sleep(world.settings.poll_ms).await;
-        // Each endpoint read through one cache for the pass, as the worker reads them.
-        let caches: Vec<_> = (0..world.endpoints.len())
-            .map(|index| {
-                PassCache::with_clock(
-                    hedged::RankedEndpoint::new(&world, index, &reads),
-                    crate::exec::instant,
-                )
-            })
-            .collect();
         for state in [
             pb::OperationState::Received,
             pb::OperationState::Signed,
             pb::OperationState::Sent,
         ] {
+            // Each endpoint read through one cache for the stage, as the worker's checks read
+            // them.
+            let caches: Vec<_> = (0..world.endpoints.len())
+                .map(|index| {
+                    PassCache::with_clock(
+                        hedged::RankedEndpoint::new(&world, index, &reads),
+                        crate::exec::instant,
+                    )
+                })
+                .collect();
             let mut ops = list_work(&world, &work, CHAIN, state, world.settings.tamper);
             if state == pb::OperationState::Signed {
                 ops.sort_by_key(|op| (op.account.clone(), sigcast_protocol::evm::nonce_of(op)));

@@ -445,17 +445,18 @@ pub(crate) async fn broadcaster(world: Rc<SolWorld>, name: String, mut rng: StdR
     let work = sigcast_store::work::WorkList::default();
     loop {
         sleep(200).await;
-        // Each endpoint read through one cache for the pass, as the worker reads them.
-        let caches: Vec<_> = world
-            .endpoints
-            .iter()
-            .map(|endpoint| PassCache::with_clock(endpoint, crate::exec::instant))
-            .collect();
         for state in [
             pb::OperationState::Received,
             pb::OperationState::Signed,
             pb::OperationState::Sent,
         ] {
+            // Each endpoint read through one cache for the stage, as the worker's checks read
+            // them.
+            let caches: Vec<_> = world
+                .endpoints
+                .iter()
+                .map(|endpoint| PassCache::with_clock(endpoint, crate::exec::instant))
+                .collect();
             let ops = list_work(&world, &work, CHAIN, state, world.settings.tamper);
             yield_now().await;
             for op in ops {

@@ -377,6 +377,68 @@ mod tests {
         );
     }
 
+    /// A node whose history bound takes 100 ms to read and comes back one higher each time.
+    #[derive(Default)]
+    struct SlowBound(Mutex<u64>);
+
+    impl Endpoint for SlowBound {
+        fn label(&self) -> &str {
+            "http://slow-bound:8899"
+        }
+
+        async fn request(&self, method: &str, _params: Value) -> Result<Value, RpcError> {
+            if method != "minimumLedgerSlot" {
+                return Ok(json!({ "value": [null] }));
+            }
+            let read = {
+                let mut reads = self.0.lock().unwrap();
+                *reads += 1;
+                *reads
+            };
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            Ok(json!(read))
+        }
+    }
+
+    #[tokio::test]
+    async fn views_waiting_on_one_bound_read_share_the_next_whatever_statuses_come_back_meanwhile()
+    {
+        // A view asks for the bound once its own statuses came back. Views that asked while a
+        // read sent before them was in flight need a new one, and share it, even though other
+        // statuses come back while it is read: it was sent after each of them asked.
+        let cache = PassCache::new(SlowBound::default());
+        let statuses = || cache.request("getSignatureStatuses", json!([["S"], {}]));
+        let bound = || cache.request("minimumLedgerSlot", json!([]));
+        let after = |ms| tokio::time::sleep(std::time::Duration::from_millis(ms));
+        statuses().await.unwrap();
+        let (first, second, third, ()) = tokio::join!(
+            bound(),
+            async {
+                after(20).await;
+                statuses().await.unwrap();
+                bound().await
+            },
+            async {
+                after(40).await;
+                statuses().await.unwrap();
+                bound().await
+            },
+            async {
+                // While the second read is in flight.
+                after(150).await;
+                statuses().await.unwrap();
+            },
+        );
+        assert_eq!(first.unwrap(), json!(1));
+        assert_eq!(
+            second.unwrap(),
+            json!(2),
+            "sent before it asked: read again"
+        );
+        assert_eq!(third.unwrap(), json!(2), "the read sent after it asked");
+        assert_eq!(*cache.inner().0.lock().unwrap(), 2);
+    }
+
     #[tokio::test]
     async fn a_block_read_for_its_header_is_kept_and_answered_without_its_transactions() {
         let cache = PassCache::new(Node(Mutex::new(0)));

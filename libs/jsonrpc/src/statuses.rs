@@ -105,11 +105,7 @@ impl StatusBatches {
             let asked =
                 std::mem::take(&mut *batch.signatures.lock().unwrap_or_else(|p| p.into_inner()));
             let count = asked.len();
-            let answer = endpoint
-                .request(
-                    "getSignatureStatuses",
-                    json!([asked, { "searchTransactionHistory": true }]),
-                )
+            let answer = ask(endpoint, &asked)
                 .await
                 .and_then(|value| whole(endpoint, value, count));
             // Before any view of the batch hears of it: what bounds its history must be read
@@ -136,12 +132,7 @@ impl StatusBatches {
         match answer {
             Shared::Read(answer) => answer.map(|value| part(&value, offset, signatures.len())),
             Shared::EachAlone => {
-                let alone = endpoint
-                    .request(
-                        "getSignatureStatuses",
-                        json!([signatures, { "searchTransactionHistory": true }]),
-                    )
-                    .await;
+                let alone = ask(endpoint, signatures).await;
                 self.answered();
                 alone
             }
@@ -175,6 +166,17 @@ impl StatusBatches {
             *open = None;
         }
     }
+}
+
+/// Asks `endpoint` for the statuses of `signatures`, searching the whole history: the one
+/// question [`batchable`] reads together.
+async fn ask(endpoint: &impl Endpoint, signatures: &[Value]) -> Result<Value, RpcError> {
+    endpoint
+        .request(
+            "getSignatureStatuses",
+            json!([signatures, { "searchTransactionHistory": true }]),
+        )
+        .await
 }
 
 /// A batch's leader: answers it with a failure, and closes it, if dropped before it read it
@@ -306,6 +308,16 @@ mod tests {
         json!([signatures, { "searchTransactionHistory": true }])
     }
 
+    /// The views asking for `asked` at once, each answered.
+    async fn at_once(cache: &PassCache<Node>, asked: &[&[&str]]) -> Vec<Result<Value, RpcError>> {
+        futures::future::join_all(
+            asked
+                .iter()
+                .map(|s| cache.request("getSignatureStatuses", asking(s))),
+        )
+        .await
+    }
+
     fn slots(answer: &Value) -> Vec<u64> {
         answer["value"]
             .as_array()
@@ -318,13 +330,7 @@ mod tests {
     #[tokio::test]
     async fn views_asking_at_once_are_read_in_one_request_each_answered_its_own() {
         let cache = PassCache::new(Node::default());
-        let asked: [&[&str]; 3] = [&["S1"], &["S2", "S3"], &["S4"]];
-        let answers = futures::future::join_all(
-            asked
-                .iter()
-                .map(|s| cache.request("getSignatureStatuses", asking(s))),
-        )
-        .await;
+        let answers = at_once(&cache, &[&["S1"], &["S2", "S3"], &["S4"]]).await;
         let answers: Vec<Value> = answers.into_iter().map(Result::unwrap).collect();
         assert_eq!(
             answers.iter().map(slots).collect::<Vec<_>>(),
@@ -397,13 +403,7 @@ mod tests {
             answers: Answers::RefusesS0,
             ..Default::default()
         });
-        let asked: [&[&str]; 3] = [&["S1"], &["S0", "S2"], &["S3"]];
-        let answers = futures::future::join_all(
-            asked
-                .iter()
-                .map(|s| cache.request("getSignatureStatuses", asking(s))),
-        )
-        .await;
+        let answers = at_once(&cache, &[&["S1"], &["S0", "S2"], &["S3"]]).await;
         assert_eq!(slots(answers[0].as_ref().unwrap()), [1]);
         assert!(
             matches!(answers[1], Err(RpcError::Node { .. })),

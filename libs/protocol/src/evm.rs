@@ -132,8 +132,10 @@ pub(crate) fn in_flight(
         return Action::Replace(Replacement::Cancel);
     }
     // A replacement signed but never recorded as sent (a crash between the two, or a lost
-    // race) goes out now: its bytes are stored, and nothing else would ever send it.
-    if newest.send_time.is_none() && newest.sends == 0 {
+    // race) goes out now: its bytes are stored, and nothing else would ever send it. Not one
+    // that would carry the operation's effect after a cancel was asked for (a bump signed on a
+    // decision read before it, with the cancel held at the fee cap).
+    if never_sent(newest) && sendable(op, newest) {
         return Action::Send(newest.number);
     }
     let bumps = op
@@ -196,13 +198,26 @@ fn max_fee_per_gas(attempt: &pb::Attempt) -> Option<u128> {
     attempt.max_fee_per_gas.parse().ok()
 }
 
-/// The attempt that goes out again: the newest that may still land.
+/// The attempt that goes out again: the newest that may still land, else the newest that
+/// may be sent.
 fn resend_target<'a>(op: &'a pb::Operation, newest: &'a pb::Attempt) -> &'a pb::Attempt {
-    op.attempts
-        .iter()
-        .rev()
+    let mut newest_first = op.attempts.iter().rev();
+    newest_first
+        .clone()
         .find(|a| a.may_land)
+        .or_else(|| newest_first.find(|a| sendable(op, a)))
         .unwrap_or(newest)
+}
+
+/// Whether `attempt` was never recorded as sent: its bytes never left the store.
+fn never_sent(attempt: &pb::Attempt) -> bool {
+    attempt.send_time.is_none() && attempt.sends == 0
+}
+
+/// Whether `attempt` may go out: any that went out before, or takes the nonce instead of the
+/// operation (a cancel, a gap fill); one never sent only while no cancel is asked for.
+fn sendable(op: &pb::Operation, attempt: &pb::Attempt) -> bool {
+    !op.cancel_requested || !never_sent(attempt) || reason_of(attempt).takes_the_nonce_instead()
 }
 
 /// What follows a replacement the signer refused at the chain's fee cap: the attempt that may

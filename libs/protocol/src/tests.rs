@@ -697,6 +697,48 @@ fn an_attempt_signed_after_a_cancel_is_not_sent_unless_it_takes_the_nonce() {
 }
 
 #[test]
+fn a_fee_bump_signed_before_a_cancel_is_never_sent_after_it() {
+    // The bump was signed on a decision read before the cancel was asked for, and its send
+    // declined (`record_sending_new`); then the cancel was refused at the fee cap. Sent now, it
+    // would carry the operation's own effect at a higher fee after the caller cancelled it:
+    // the attempt that was sent goes out again as it is, and the cancel is asked for again a
+    // bump period later (review, thirteenth session).
+    let mut bump = accepted(2, 0);
+    bump.send_time = None;
+    bump.last_send_time = None;
+    bump.outcome_time = None;
+    bump.sends = 0;
+    bump.may_land = false;
+    bump.outcome = pb::AttemptOutcome::Unspecified.into();
+    let mut op = evm_op(vec![accepted(1, 0), bump]);
+    op.cancel_requested = true;
+    let free = evm(vec![view("http://a:1", 50, Some(7), None)]);
+    assert_eq!(
+        decide(&op, &free, at(10), &rules()),
+        Action::Replace(Replacement::Cancel)
+    );
+    assert!(record::record_held_at_fee_cap(&mut op, 2, at(10)));
+    assert_eq!(
+        evm::at_fee_cap(&op, at(10), &rules()),
+        Action::Send(1),
+        "right after the refusal"
+    );
+    assert_eq!(decide(&op, &free, at(11), &rules()), Action::Send(1));
+    assert_eq!(
+        decide(&op, &free, at(70), &rules()),
+        Action::Replace(Replacement::Cancel)
+    );
+    // Nothing else may land (the first attempt was refused): still not the bump.
+    op.attempts[0].may_land = false;
+    op.attempts[0].outcome = pb::AttemptOutcome::Rejected.into();
+    assert_eq!(evm::at_fee_cap(&op, at(10), &rules()), Action::Send(1));
+    assert_eq!(decide(&op, &free, at(11), &rules()), Action::Send(1));
+    // Without the cancel, a bump signed and never sent goes out (a crash between the two).
+    op.cancel_requested = false;
+    assert_eq!(decide(&op, &free, at(11), &rules()), Action::Send(2));
+}
+
+#[test]
 fn a_cancel_replaces_once() {
     let mut op = evm_op(vec![accepted(1, 0)]);
     op.cancel_requested = true;

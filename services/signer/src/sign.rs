@@ -1094,10 +1094,10 @@ impl Signer {
             .store
             .read_async(move |tx| {
                 let op = operations::get(tx, &root, &id)?;
-                let last = op
+                let outbids = op
                     .as_ref()
-                    .and_then(|op| op.attempts.last().map(|a| a.number));
-                let payload = match last {
+                    .and_then(|op| priced_against(op).map(|a| a.number));
+                let payload = match outbids {
                     Some(n) => accounts::payload(tx, &root, &id, n)?,
                     None => None,
                 };
@@ -1150,6 +1150,8 @@ impl Signer {
                 already_signed: true,
             });
         }
+        // The attempt whose payload was read above.
+        let outbids = priced_against(&op).map_or(0, |a| a.number);
         let previous = params_of(&previous_raw).ok_or_else(|| Error::BadIntent {
             op_id: op_id.to_owned(),
             reason: "the stored payload does not decode".into(),
@@ -1227,6 +1229,7 @@ impl Signer {
             now: self.clock.now(),
             kind,
             replaces_attempt,
+            outbids,
             intent,
             params,
             key,
@@ -1245,9 +1248,25 @@ impl Signer {
 /// Whether an attempt of `op` was sent, so that a transaction of it may sit in a pool for a
 /// replacement to outbid (see [`replacement_fees`]).
 pub fn may_sit_in_a_pool(op: &pb::Operation) -> bool {
+    op.attempts.iter().any(was_sent)
+}
+
+/// Whether `attempt` was ever recorded as sent (a send is recorded before its bytes leave).
+fn was_sent(attempt: &pb::Attempt) -> bool {
+    attempt.sends > 0 || attempt.send_time.is_some()
+}
+
+/// The attempt whose fees a replacement of `op` is priced from: the newest that was sent (each
+/// one pays more than the one before it), else the newest. One signed and never sent sits in
+/// no pool and has nothing to outbid: a fee bump signed on a decision read before a cancel was
+/// asked for, its send declined, would otherwise price the cancel a bump above itself and, at
+/// the fee cap, leave the operation uncancellable.
+pub fn priced_against(op: &pb::Operation) -> Option<&pb::Attempt> {
     op.attempts
         .iter()
-        .any(|a| a.sends > 0 || a.send_time.is_some())
+        .rev()
+        .find(|a| was_sent(a))
+        .or(op.attempts.last())
 }
 
 /// The fees of a `kind` replacement of an attempt signed with `previous`, with fees at
@@ -1289,6 +1308,9 @@ pub struct ReplacementEvm {
     pub kind: Replacement,
     /// The attempt the caller saw last: a new one is signed only while it is the newest.
     pub replaces_attempt: u32,
+    /// The attempt the fees outbid ([`priced_against`]): none after it may have been sent
+    /// since, or the replacement would not outbid what sits in a pool.
+    pub outbids: u32,
     /// What the replacement carries: the operation's intent, or a self-transfer.
     pub intent: Intent,
     /// Its parameters, at the operation's nonce.
@@ -1316,6 +1338,33 @@ pub fn sign_replacement_evm(
             tx_id: last.tx_id,
             attempt: last.number,
             already_signed: true,
+        }));
+    }
+    // Read in this transaction: a fee bump decided on a record from before a cancel was asked
+    // for would carry the operation's effect at a higher fee; the cancel replaces it instead.
+    if r.kind == Replacement::FeeBump && stored.cancel_requested {
+        return Ok(Err(Error::NotSignable {
+            op_id: r.op_id.clone(),
+            state: format!(
+                "{} (a cancel was asked for: its cancel replaces it, not a fee bump)",
+                stored.state().as_str_name()
+            ),
+        }));
+    }
+    if let Some(sent) = stored
+        .attempts
+        .iter()
+        .find(|a| a.number > r.outbids && was_sent(a))
+    {
+        return Ok(Err(Error::NotSignable {
+            op_id: r.op_id.clone(),
+            state: format!(
+                "{} (attempt {} was sent after the replacement was priced from attempt {}: \
+                 priced again at the next check)",
+                stored.state().as_str_name(),
+                sent.number,
+                r.outbids
+            ),
         }));
     }
     // DO NOT TURN THIS OFF: a second payload at a nonce only for the operation that owns it.
@@ -1837,5 +1886,200 @@ mod fresh_tests {
             error.contains("3 blocks deep") && error.contains("`confirmations`"),
             "{error}"
         );
+    }
+}
+
+#[cfg(test)]
+mod replacement_tests {
+    use super::*;
+    use crate::keys::{KeyHandle, KeystoreKey};
+    use sigcast_domain::OpId;
+
+    const GWEI: u128 = 1_000_000_000;
+
+    fn fees(max_gwei: u128) -> Fees {
+        Fees::Eip1559 {
+            max_fee_per_gas: max_gwei * GWEI,
+            max_priority_fee_per_gas: GWEI,
+        }
+    }
+
+    fn store(dir: &tempfile::TempDir) -> Store {
+        Store::open(&sigcast_store::StoreConfig::sqlite(dir.path().join("db"))).unwrap()
+    }
+
+    fn stored(store: &Store, op_id: &str) -> pb::Operation {
+        let root = store.root().clone();
+        store
+            .read(|tx| operations::get(tx, &root, op_id))
+            .unwrap()
+            .unwrap()
+    }
+
+    /// Records attempt `number` of `op_id` as sent.
+    fn send(store: &Store, op_id: &str, number: u32) {
+        let (root, now) = (store.root().clone(), SystemTime::now());
+        store
+            .run(|tx| {
+                operations::update(
+                    tx,
+                    &root,
+                    op_id,
+                    operations::Guard::NotTerminal,
+                    &mut |op| sigcast_protocol::record::record_sending(op, number, now),
+                    now,
+                )
+            })
+            .unwrap();
+    }
+
+    /// An EVM transfer of a fresh key, signed at attempt 1 (at 10 gwei) and sent; a
+    /// replacement of its `replaces_attempt`, outbidding `outbids`, at `max_gwei`.
+    fn sent_operation(
+        store: &Store,
+        op_id: &str,
+    ) -> impl Fn(Replacement, u32, u32, u128) -> ReplacementEvm {
+        let root = store.root().clone();
+        let signer = alloy_signer_local::PrivateKeySigner::random();
+        let key = KeyHandle::new(KeystoreKey::new(&signer).unwrap());
+        let from = EvmAddress::from(signer.address().into_array());
+        let intent = Intent::EvmTransfer(EvmTransfer {
+            chain_id: 31337,
+            from,
+            to: EvmAddress::from([9; 20]),
+            value: Wei::parse("1000").unwrap(),
+        });
+        let new = sigcast_proto::new_operation(&OpId::parse(op_id).unwrap(), &intent);
+        let now = SystemTime::now();
+        store
+            .run(|tx| operations::submit(tx, &root, new.clone(), now))
+            .unwrap();
+        let initial = InitialEvm {
+            root: root.clone(),
+            op_id: op_id.into(),
+            caller: "test".into(),
+            now,
+            intent: intent.clone(),
+            policy: None,
+            value: U256::from(1_000u64),
+            chain_nonce: AccountNonces {
+                head: 0,
+                settled: 0,
+            },
+            gas_limit: TRANSFER_GAS,
+            fees: fees(10),
+            key: key.clone(),
+        };
+        store
+            .run(|tx| sign_initial_evm(tx, &initial))
+            .unwrap()
+            .unwrap();
+        send(store, op_id, 1);
+        let op_id = op_id.to_owned();
+        move |kind, replaces_attempt, outbids, max_gwei| ReplacementEvm {
+            root: root.clone(),
+            op_id: op_id.clone(),
+            caller: "test".into(),
+            now,
+            kind,
+            replaces_attempt,
+            outbids,
+            intent: intent.clone(),
+            params: TxParams {
+                nonce: 0,
+                gas_limit: TRANSFER_GAS,
+                fees: fees(max_gwei),
+            },
+            key: key.clone(),
+        }
+    }
+
+    #[test]
+    fn a_fee_bump_is_refused_in_its_transaction_once_a_cancel_was_asked_for() {
+        // Decided on a record read before the cancel: signed, its send is declined, and the
+        // cancel that follows must outbid it (review, thirteenth session).
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let root = store.root().clone();
+
+        let bump = sent_operation(&store, "kept")(Replacement::FeeBump, 1, 1, 11);
+        let signed = store
+            .run(|tx| sign_replacement_evm(tx, &bump))
+            .unwrap()
+            .expect("without a cancel, a fee bump is signed");
+        assert_eq!((signed.attempt, signed.already_signed), (2, false));
+
+        let replacement = sent_operation(&store, "cancelled");
+        let cancel = store
+            .run(|tx| operations::cancel(tx, &root, "cancelled", SystemTime::now()))
+            .unwrap();
+        assert!(matches!(cancel, operations::CancelOutcome::Requested(_)));
+        let refused = store
+            .run(|tx| sign_replacement_evm(tx, &replacement(Replacement::FeeBump, 1, 1, 11)))
+            .unwrap()
+            .expect_err("a cancel was asked for");
+        assert!(
+            refused.to_string().contains("a cancel was asked for"),
+            "{refused}"
+        );
+        assert_eq!(
+            stored(&store, "cancelled").attempts.len(),
+            1,
+            "nothing signed"
+        );
+        let payload = store
+            .read(|tx| accounts::payload(tx, &root, "cancelled", 2))
+            .unwrap();
+        assert_eq!(payload, None, "nothing stored");
+        let cancel = store
+            .run(|tx| sign_replacement_evm(tx, &replacement(Replacement::Cancel, 1, 1, 11)))
+            .unwrap()
+            .expect("the cancel is signed");
+        assert_eq!((cancel.attempt, cancel.already_signed), (2, false));
+    }
+
+    #[test]
+    fn a_replacement_is_priced_from_the_newest_attempt_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let replacement = sent_operation(&store, "bumped");
+        store
+            .run(|tx| sign_replacement_evm(tx, &replacement(Replacement::FeeBump, 1, 1, 11)))
+            .unwrap()
+            .unwrap();
+        // The bump never left the store: attempt 1 is what sits in a pool.
+        let op = stored(&store, "bumped");
+        assert_eq!(priced_against(&op).map(|a| a.number), Some(1));
+        assert!(may_sit_in_a_pool(&op));
+        // At a cap of 12 gwei, a cancel priced from the unsent bump (11) finds no room; from
+        // attempt 1 (10) it does.
+        let cap = FeeLimits::per_gas(12 * GWEI);
+        let current = fees(1);
+        assert_eq!(
+            replacement_fees(Replacement::Cancel, fees(11), current, None, cap, true),
+            None
+        );
+        let cancel = replacement_fees(Replacement::Cancel, fees(10), current, None, cap, true)
+            .expect("room to outbid attempt 1");
+        assert!(cancel.replaces(&fees(10)));
+
+        // Sent since the replacement was priced from attempt 1: refused, nothing signed.
+        send(&store, "bumped", 2);
+        let refused = store
+            .run(|tx| sign_replacement_evm(tx, &replacement(Replacement::Cancel, 2, 1, 11)))
+            .unwrap()
+            .expect_err("attempt 2 was sent");
+        assert!(
+            refused.to_string().contains("attempt 2 was sent"),
+            "{refused}"
+        );
+        let op = stored(&store, "bumped");
+        assert_eq!(op.attempts.len(), 2, "nothing signed");
+        assert_eq!(priced_against(&op).map(|a| a.number), Some(2));
+        let signed = store
+            .run(|tx| sign_replacement_evm(tx, &replacement(Replacement::Cancel, 2, 2, 13)))
+            .unwrap()
+            .expect("priced from the newest sent");
+        assert_eq!(signed.attempt, 3);
     }
 }

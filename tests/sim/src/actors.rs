@@ -23,8 +23,8 @@ use sigcast_protocol::{Action, Evidence, Replacement, Settlement, Why, decide, r
 use sigcast_signer::keys::KeyHandle;
 use sigcast_signer::{
     EndpointAtStart, InitialEvm, Replacement as SignerReplacement, ReplacementEvm, Signed,
-    may_sit_in_a_pool, replacement_fees, sign_initial_evm, sign_initial_evm_together,
-    sign_replacement_evm,
+    may_sit_in_a_pool, priced_against, replacement_fees, sign_initial_evm,
+    sign_initial_evm_together, sign_replacement_evm,
 };
 use sigcast_store::blocks::{self, Seen};
 use sigcast_store::operations::{self, Guard, SubmitOutcome};
@@ -631,9 +631,10 @@ async fn sign_one(
             if last.number != job.replaces {
                 return Ok(last.number);
             }
+            let outbids = priced_against(&op).map_or(last.number, |a| a.number);
             let previous = world
                 .store
-                .read(|tx| accounts::payload(tx, &root, &job.op_id, last.number))
+                .read(|tx| accounts::payload(tx, &root, &job.op_id, outbids))
                 .map_err(|e| e.to_string())?
                 .and_then(|raw| params_of(&raw))
                 .ok_or("previous payload unreadable")?;
@@ -668,6 +669,7 @@ async fn sign_one(
                 now: system_time(),
                 kind,
                 replaces_attempt: job.replaces,
+                outbids,
                 intent,
                 params: TxParams {
                     nonce: previous.nonce,

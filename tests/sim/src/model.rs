@@ -690,7 +690,8 @@ fn is_terminal(op: &pb::Operation) -> bool {
 
 /// The signer's replacement, as `sign_replacement_evm` decides it against the stored record:
 /// only over the newest attempt the broadcaster saw, never a second self-transfer, never for a
-/// record past SENT. `None` when nothing new is signed.
+/// record past SENT, no fee bump once a cancel was asked for. `None` when nothing new is
+/// signed.
 fn sign_replacement(
     op: &pb::Operation,
     replacement: Replacement,
@@ -700,6 +701,7 @@ fn sign_replacement(
         op.state(),
         pb::OperationState::Signed | pb::OperationState::Sent
     ) || record::has_self_transfer(op)
+        || (replacement == Replacement::FeeBump && op.cancel_requested)
     {
         return None;
     }

@@ -18,7 +18,7 @@ pub use config::Config;
 pub use error::{Error, Result};
 pub use sign::{
     EndpointAtStart, InitialEvm, Replacement, ReplacementEvm, Signed, Signer, SolanaAttempt,
-    may_sit_in_a_pool, priced_against, replacement_fees, sign_initial_evm,
+    may_sit_in_a_pool, newest_sent, priced_against, replacement_fees, sign_initial_evm,
     sign_initial_evm_together, sign_replacement_evm, sign_solana_attempt,
 };
 

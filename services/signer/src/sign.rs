@@ -1150,8 +1150,12 @@ impl Signer {
                 already_signed: true,
             });
         }
-        // The attempt whose payload was read above.
-        let outbids = priced_against(&op).map_or(0, |a| a.number);
+        if kind == Replacement::FeeBump && op.cancel_requested {
+            // Refused again in the transaction, where a cancel asked for since counts too.
+            return Err(fee_bump_after_a_cancel(&op));
+        }
+        // The attempt whose payload was read above, if it was sent (0: none was).
+        let outbids = newest_sent(&op).map_or(0, |a| a.number);
         let previous = params_of(&previous_raw).ok_or_else(|| Error::BadIntent {
             op_id: op_id.to_owned(),
             reason: "the stored payload does not decode".into(),
@@ -1262,11 +1266,12 @@ fn was_sent(attempt: &pb::Attempt) -> bool {
 /// asked for, its send declined, would otherwise price the cancel a bump above itself and, at
 /// the fee cap, leave the operation uncancellable.
 pub fn priced_against(op: &pb::Operation) -> Option<&pb::Attempt> {
-    op.attempts
-        .iter()
-        .rev()
-        .find(|a| was_sent(a))
-        .or(op.attempts.last())
+    newest_sent(op).or(op.attempts.last())
+}
+
+/// The newest attempt of `op` recorded as sent, if any.
+pub fn newest_sent(op: &pb::Operation) -> Option<&pb::Attempt> {
+    op.attempts.iter().rev().find(|a| was_sent(a))
 }
 
 /// The fees of a `kind` replacement of an attempt signed with `previous`, with fees at
@@ -1308,8 +1313,9 @@ pub struct ReplacementEvm {
     pub kind: Replacement,
     /// The attempt the caller saw last: a new one is signed only while it is the newest.
     pub replaces_attempt: u32,
-    /// The attempt the fees outbid ([`priced_against`]): none after it may have been sent
-    /// since, or the replacement would not outbid what sits in a pool.
+    /// The newest attempt sent when the fees were priced ([`newest_sent`]; 0: none was): none
+    /// after it may have been sent since, or the replacement would not outbid what sits in a
+    /// pool.
     pub outbids: u32,
     /// What the replacement carries: the operation's intent, or a self-transfer.
     pub intent: Intent,
@@ -1343,13 +1349,7 @@ pub fn sign_replacement_evm(
     // Read in this transaction: a fee bump decided on a record from before a cancel was asked
     // for would carry the operation's effect at a higher fee; the cancel replaces it instead.
     if r.kind == Replacement::FeeBump && stored.cancel_requested {
-        return Ok(Err(Error::NotSignable {
-            op_id: r.op_id.clone(),
-            state: format!(
-                "{} (a cancel was asked for: its cancel replaces it, not a fee bump)",
-                stored.state().as_str_name()
-            ),
-        }));
+        return Ok(Err(fee_bump_after_a_cancel(&stored)));
     }
     if let Some(sent) = stored
         .attempts
@@ -1407,6 +1407,16 @@ pub fn sign_replacement_evm(
         attempt: number,
         already_signed: false,
     }))
+}
+
+fn fee_bump_after_a_cancel(op: &pb::Operation) -> Error {
+    Error::NotSignable {
+        op_id: op.op_id.clone(),
+        state: format!(
+            "{} (a cancel was asked for: its cancel replaces it, not a fee bump)",
+            op.state().as_str_name()
+        ),
+    }
 }
 
 /// One signature being made inside a store transaction.

@@ -23,7 +23,7 @@ use sigcast_protocol::{Action, Evidence, Replacement, Settlement, Why, decide, r
 use sigcast_signer::keys::KeyHandle;
 use sigcast_signer::{
     EndpointAtStart, InitialEvm, Replacement as SignerReplacement, ReplacementEvm, Signed,
-    may_sit_in_a_pool, priced_against, replacement_fees, sign_initial_evm,
+    may_sit_in_a_pool, newest_sent, priced_against, replacement_fees, sign_initial_evm,
     sign_initial_evm_together, sign_replacement_evm,
 };
 use sigcast_store::blocks::{self, Seen};
@@ -631,10 +631,11 @@ async fn sign_one(
             if last.number != job.replaces {
                 return Ok(last.number);
             }
-            let outbids = priced_against(&op).map_or(last.number, |a| a.number);
+            let priced = priced_against(&op).map_or(last.number, |a| a.number);
+            let outbids = newest_sent(&op).map_or(0, |a| a.number);
             let previous = world
                 .store
-                .read(|tx| accounts::payload(tx, &root, &job.op_id, outbids))
+                .read(|tx| accounts::payload(tx, &root, &job.op_id, priced))
                 .map_err(|e| e.to_string())?
                 .and_then(|raw| params_of(&raw))
                 .ok_or("previous payload unreadable")?;

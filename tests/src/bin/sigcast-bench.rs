@@ -92,6 +92,8 @@ struct Args {
     rate: Option<f64>,
     /// Print how many operations are in each state at every poll (each second).
     states: bool,
+    /// EVM: each side's load starts just after its node mines a block.
+    at_block: bool,
 }
 
 const USAGE: &str = "usage: sigcast-bench [--chain evm|solana (evm)] [--ops N (2000)] [--accounts K (4)] \
@@ -102,6 +104,7 @@ const USAGE: &str = "usage: sigcast-bench [--chain evm|solana (evm)] [--ops N (2
 [--stored M (0): settled operations in the store before the run] \
 [--rate R: submits per second, paced (as fast as possible)] \
 [--states on: operations per state, each second] \
+[--start at-block|any (at-block): EVM, each side's load starts just after its node mines a block, or at once] \
 | --watches W [--lists L (1000)]";
 
 impl Args {
@@ -140,6 +143,7 @@ fn parse_args() -> Result<Args, String> {
         stored: 0,
         rate: None,
         states: false,
+        at_block: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -181,6 +185,9 @@ fn parse_args() -> Result<Args, String> {
                     &value,
                     [("zero", BaseFee::Zero), ("market", BaseFee::Market)],
                 )?
+            }
+            "--start" => {
+                args.at_block = one_of(&flag, &value, [("at-block", true), ("any", false)])?
             }
             "--baseline-node" => {
                 args.baseline_node = one_of(
@@ -269,6 +276,18 @@ async fn head(url: &str) -> u64 {
         .unwrap_or_else(|| panic!("eth_blockNumber answered {head}"))
 }
 
+/// Returns just after the node at `url` mines its next block (at most 5 s from now). Each
+/// side's load starts there: a window of 15 blocks that starts anywhere in the node's block
+/// period is a second longer or shorter by chance alone, and that chance, drawn apart for
+/// each side, moved the ratio of one run by up to ±7%.
+async fn just_after_a_block(url: &str) {
+    let first = head(url).await;
+    let until = Instant::now() + Duration::from_secs(5);
+    while head(url).await == first && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 /// How full the blocks `from..=to` are: transactions per block, mean (min–max), over how many
 /// blocks, each block's in order, and the base fee they were mined at. A block of anvil's default gas limit holds at
 /// most 1,428 transfers: a run whose blocks are full is bounded by the chain, not by who sends.
@@ -343,6 +362,9 @@ async fn direct_baseline(url: &str, args: &Args) -> (f64, usize) {
     let per_account: Vec<Vec<usize>> = (0..args.accounts)
         .map(|a| (0..args.ops).filter(|i| i % args.accounts == a).collect())
         .collect();
+    if args.at_block {
+        just_after_a_block(url).await;
+    }
     let started = Instant::now();
     let signed: Vec<Vec<Vec<u8>>> = futures::stream::iter(keys.iter().zip(&per_account))
         .map(|(key, ops)| {
@@ -1030,6 +1052,9 @@ async fn run(args: Args) -> Result<(), String> {
     for (i, broadcaster) in stack.broadcasters.iter().enumerate() {
         processes.push((format!("broadcaster-{i}"), broadcaster.pid()));
     }
+    if args.at_block && args.chain == ChainKind::Evm {
+        just_after_a_block(&stack.anvil.url).await;
+    }
     let cpu_before: Vec<Duration> = processes.iter().map(|(_, pid)| cpu_time(*pid)).collect();
     let bytes_before = store_bytes();
 
@@ -1225,13 +1250,15 @@ async fn run(args: Args) -> Result<(), String> {
     // Replays and health checks on the same gateway, one at a time.
     let mut replay = Vec::new();
     let mut health = Vec::new();
+    // Both over one connection of their own, so that neither carries the state of another
+    // (the run's thousands of submits went over `client`'s).
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", stack.gateway.addr))
         .unwrap()
         .connect()
         .await
         .unwrap();
-    let mut health_client = tonic_health::pb::health_client::HealthClient::new(channel);
-    let mut replay_client = client.clone();
+    let mut health_client = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    let mut replay_client = OperationServiceClient::new(channel);
     // Past the run's operations, the same ones again: each is still a replay. Each request is
     // made before its timer starts, as the health check's is.
     for (i, id) in ids.iter().enumerate().cycle().take(args.replays) {

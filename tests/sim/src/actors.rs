@@ -1060,7 +1060,8 @@ async fn work_on(
                         record::record_sending_new(o, attempt, at)
                     })
                     .await;
-                    if sending.is_some() {
+                    if let Some(recorded) = sending {
+                        first_sent_after_a_cancel(world, &recorded, attempt);
                         send(world, name, &op.op_id, attempt, rng).await;
                     }
                 }
@@ -1136,8 +1137,29 @@ async fn send_again(
         record::record_sending(o, attempt, at)
     })
     .await;
-    if sending.is_some() {
+    if let Some(recorded) = sending {
+        first_sent_after_a_cancel(world, &recorded, attempt);
         send(world, name, &op.op_id, attempt, rng).await;
+    }
+}
+
+/// A violation if `attempt`'s first send was recorded on a record whose cancel was asked for
+/// and it carries the operation's effect (not a cancel or gap fill): a transaction that could
+/// land after the caller was told the operation would be cancelled, and one a cancel priced
+/// under it cannot replace.
+fn first_sent_after_a_cancel(world: &Base, recorded: &pb::Operation, attempt: u32) {
+    let Some(sent) = recorded.attempts.iter().find(|a| a.number == attempt) else {
+        return;
+    };
+    if recorded.cancel_requested
+        && sent.sends == 1
+        && !record::reason_of(sent).takes_the_nonce_instead()
+    {
+        world.violation(format!(
+            "{} attempt {attempt} ({}) was sent for the first time after its cancel was recorded",
+            recorded.op_id,
+            record::reason_of(sent)
+        ));
     }
 }
 

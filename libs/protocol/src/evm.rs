@@ -3,7 +3,7 @@
 //! transactions in play.
 
 use crate::record::{
-    first_sent, has_self_transfer, held_at_fee_cap, last_sent, reason_of, reasons,
+    self, first_sent, has_self_transfer, held_at_fee_cap, last_sent, reason_of, reasons,
 };
 use crate::{Action, EvmLanded, EvmView, Replacement, Rules, Settlement, Why};
 use sigcast_domain::{AttemptReason, OperationState};
@@ -156,7 +156,7 @@ pub(crate) fn in_flight(
     if newest_refused && !self_transfer {
         if underpriced && bumps_left {
             if held_at_cap {
-                return resend_when_due(resend_target(op, newest), now, rules);
+                return resend_target_when_due(op, now, rules);
             }
             return Action::Replace(Replacement::FeeBump);
         }
@@ -167,7 +167,6 @@ pub(crate) fn in_flight(
         }
         // An earlier attempt may still land; it keeps the nonce.
     }
-    let target = resend_target(op, newest);
     if let Some(after) = rules
         .fee_bump_after
         .filter(|_| bumps_left && !self_transfer)
@@ -190,7 +189,7 @@ pub(crate) fn in_flight(
             return Action::Replace(Replacement::FeeBump);
         }
     }
-    resend_when_due(target, now, rules)
+    resend_target_when_due(op, now, rules)
 }
 
 /// The most `attempt` pays per gas, where it was recorded.
@@ -198,20 +197,23 @@ fn max_fee_per_gas(attempt: &pb::Attempt) -> Option<u128> {
     attempt.max_fee_per_gas.parse().ok()
 }
 
-/// The attempt that goes out again: the newest that may still land, else the newest that
-/// may be sent.
-fn resend_target<'a>(op: &'a pb::Operation, newest: &'a pb::Attempt) -> &'a pb::Attempt {
+/// The attempt that goes out again, when due: the newest that may still land, else the newest
+/// that may be sent; none may (a cancel asked for before anything was sent): nothing.
+fn resend_target_when_due(op: &pb::Operation, now: SystemTime, rules: &Rules) -> Action {
     let mut newest_first = op.attempts.iter().rev();
-    newest_first
+    let target = newest_first
         .clone()
         .find(|a| a.may_land)
-        .or_else(|| newest_first.find(|a| sendable(op, a)))
-        .unwrap_or(newest)
+        .or_else(|| newest_first.find(|a| sendable(op, a)));
+    match target {
+        Some(target) => resend_when_due(target, now, rules),
+        None => Action::Wait(Why::NoAttempt),
+    }
 }
 
 /// Whether `attempt` was never recorded as sent: its bytes never left the store.
 fn never_sent(attempt: &pb::Attempt) -> bool {
-    attempt.send_time.is_none() && attempt.sends == 0
+    !record::was_sent(attempt)
 }
 
 /// Whether `attempt` may go out: any that went out before, or takes the nonce instead of the
@@ -223,10 +225,7 @@ fn sendable(op: &pb::Operation, attempt: &pb::Attempt) -> bool {
 /// What follows a replacement the signer refused at the chain's fee cap: the attempt that may
 /// land keeps going out as it is, when due.
 pub fn at_fee_cap(op: &pb::Operation, now: SystemTime, rules: &Rules) -> Action {
-    match op.attempts.last() {
-        Some(newest) => resend_when_due(resend_target(op, newest), now, rules),
-        None => Action::Wait(Why::NoAttempt),
-    }
+    resend_target_when_due(op, now, rules)
 }
 
 /// The same bytes again once `rebroadcast_after` passed since the last send.

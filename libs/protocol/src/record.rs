@@ -188,6 +188,11 @@ pub(crate) fn last_activity(attempt: &pb::Attempt) -> Option<SystemTime> {
     .max()
 }
 
+/// Whether `attempt` was ever recorded as sent (a send is recorded before its bytes leave).
+pub fn was_sent(attempt: &pb::Attempt) -> bool {
+    attempt.sends > 0 || attempt.send_time.is_some()
+}
+
 /// When the attempt was last sent (its first send for records written before `last_send_time`).
 pub(crate) fn last_sent(attempt: &pb::Attempt) -> Option<SystemTime> {
     attempt
@@ -230,6 +235,18 @@ mod tests {
             }],
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn an_attempt_counts_as_sent_by_its_count_of_sends_or_its_send_time() {
+        // `record_sending` sets both; either alone still says the bytes may have left.
+        let mut attempt = op().attempts.remove(0);
+        assert!(!was_sent(&attempt));
+        attempt.sends = 1;
+        assert!(was_sent(&attempt), "counted");
+        attempt.sends = 0;
+        attempt.send_time = Some(SystemTime::UNIX_EPOCH.into());
+        assert!(was_sent(&attempt), "timed");
     }
 
     #[test]

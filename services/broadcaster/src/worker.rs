@@ -566,7 +566,7 @@ impl Worker {
         let resend = op
             .attempts
             .iter()
-            .any(|a| a.number == attempt && (a.sends > 0 || a.send_time.is_some()));
+            .any(|a| a.number == attempt && record::was_sent(a));
         let now = self.clock.now();
         if let Some(op) = self
             .apply_decided(op, move |op| record::record_sending(op, attempt, now))

@@ -17,6 +17,7 @@ use sigcast_evm::evidence::{AccountNonces, account_nonces_from_first};
 use sigcast_evm::{Address, EvmRpc, FeeLimits, Fees, TxParams, build_transaction, params_of};
 use sigcast_proto::sigcast::signer::v1::{AuditRecord, SignPurpose};
 use sigcast_proto::{intent_from_proto, pb, state_from_proto, state_to_proto};
+use sigcast_protocol::record::was_sent;
 use sigcast_solana::SolanaRpc;
 use sigcast_store::{Store, accounts, operations};
 use std::collections::HashMap;
@@ -1094,10 +1095,10 @@ impl Signer {
             .store
             .read_async(move |tx| {
                 let op = operations::get(tx, &root, &id)?;
-                let outbids = op
+                let priced_from = op
                     .as_ref()
                     .and_then(|op| priced_against(op).map(|a| a.number));
-                let payload = match outbids {
+                let payload = match priced_from {
                     Some(n) => accounts::payload(tx, &root, &id, n)?,
                     None => None,
                 };
@@ -1154,7 +1155,8 @@ impl Signer {
             // Refused again in the transaction, where a cancel asked for since counts too.
             return Err(fee_bump_after_a_cancel(&op));
         }
-        // The attempt whose payload was read above, if it was sent (0: none was).
+        // The attempt whose payload was read above, if it was sent (0: none was, and the
+        // payload read is the newest attempt's).
         let outbids = newest_sent(&op).map_or(0, |a| a.number);
         let previous = params_of(&previous_raw).ok_or_else(|| Error::BadIntent {
             op_id: op_id.to_owned(),
@@ -1255,11 +1257,6 @@ pub fn may_sit_in_a_pool(op: &pb::Operation) -> bool {
     op.attempts.iter().any(was_sent)
 }
 
-/// Whether `attempt` was ever recorded as sent (a send is recorded before its bytes leave).
-fn was_sent(attempt: &pb::Attempt) -> bool {
-    attempt.sends > 0 || attempt.send_time.is_some()
-}
-
 /// The attempt whose fees a replacement of `op` is priced from: the newest that was sent (each
 /// one pays more than the one before it), else the newest. One signed and never sent sits in
 /// no pool and has nothing to outbid: a fee bump signed on a decision read before a cancel was
@@ -1356,14 +1353,17 @@ pub fn sign_replacement_evm(
         .iter()
         .find(|a| a.number > r.outbids && was_sent(a))
     {
+        let priced = match r.outbids {
+            0 => "when none was sent".to_owned(),
+            n => format!("from attempt {n}"),
+        };
         return Ok(Err(Error::NotSignable {
             op_id: r.op_id.clone(),
             state: format!(
-                "{} (attempt {} was sent after the replacement was priced from attempt {}: \
-                 priced again at the next check)",
+                "{} (attempt {} was sent after the replacement was priced {priced}: priced \
+                 again at the next check)",
                 stored.state().as_str_name(),
                 sent.number,
-                r.outbids
             ),
         }));
     }
@@ -1994,7 +1994,15 @@ mod replacement_tests {
             kind,
             replaces_attempt,
             outbids,
-            intent: intent.clone(),
+            intent: match kind {
+                Replacement::FeeBump => intent.clone(),
+                Replacement::Cancel | Replacement::GapFill => Intent::EvmTransfer(EvmTransfer {
+                    chain_id: 31337,
+                    from,
+                    to: from,
+                    value: Wei::zero(),
+                }),
+            },
             params: TxParams {
                 nonce: 0,
                 gas_limit: TRANSFER_GAS,
@@ -2006,8 +2014,8 @@ mod replacement_tests {
 
     #[test]
     fn a_fee_bump_is_refused_in_its_transaction_once_a_cancel_was_asked_for() {
-        // Decided on a record read before the cancel: signed, its send is declined, and the
-        // cancel that follows must outbid it (review, thirteenth session).
+        // Decided on a record read before the cancel: signed, it would carry the operation's
+        // effect after the caller was told it would be cancelled (review, thirteenth session).
         let dir = tempfile::tempdir().unwrap();
         let store = store(&dir);
         let root = store.root().clone();
@@ -2069,9 +2077,10 @@ mod replacement_tests {
             replacement_fees(Replacement::Cancel, fees(11), current, None, cap, true),
             None
         );
-        let cancel = replacement_fees(Replacement::Cancel, fees(10), current, None, cap, true)
-            .expect("room to outbid attempt 1");
-        assert!(cancel.replaces(&fees(10)));
+        assert!(
+            replacement_fees(Replacement::Cancel, fees(10), current, None, cap, true).is_some(),
+            "room to outbid attempt 1"
+        );
 
         // Sent since the replacement was priced from attempt 1: refused, nothing signed.
         send(&store, "bumped", 2);

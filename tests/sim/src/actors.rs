@@ -631,6 +631,9 @@ async fn sign_one(
             if last.number != job.replaces {
                 return Ok(last.number);
             }
+            if kind == SignerReplacement::FeeBump && op.cancel_requested {
+                return Err("a cancel was asked for: no fee bump".into());
+            }
             let priced = priced_against(&op).map_or(last.number, |a| a.number);
             let outbids = newest_sent(&op).map_or(0, |a| a.number);
             let previous = world

@@ -691,7 +691,8 @@ fn is_terminal(op: &pb::Operation) -> bool {
 /// The signer's replacement, as `sign_replacement_evm` decides it against the stored record:
 /// only over the newest attempt the broadcaster saw, never a second self-transfer, never for a
 /// record past SENT, no fee bump once a cancel was asked for. `None` when nothing new is
-/// signed.
+/// signed. The model has no fees: the refusal of a replacement priced before a later attempt
+/// was sent is not in it.
 fn sign_replacement(
     op: &pb::Operation,
     replacement: Replacement,

@@ -277,21 +277,21 @@ async fn head(url: &str) -> u64 {
 }
 
 /// Returns just after the node at `url` mines its next block (at most 5 s from now, else with
-/// a warning). Each side's load starts there: a window of 15 blocks is as long as the time
-/// from its start to its first block, plus 14 periods, plus its end; before, sigcast's run
-/// began just after its node's block (right after the baseline's run ended, at a poll just
-/// after a block of a node whose period runs in step) and the baseline's about 0.2 s before
-/// one, which gave the baseline about 0.8 s.
+/// a warning): where each side's load starts, so that both windows hold the same whole block
+/// period before their first block (BENCHMARKS.md, thirteenth session).
 async fn just_after_a_block(url: &str) {
     let rpc = EvmRpc::new(&[url.to_owned()], Duration::from_secs(10)).unwrap();
-    let first = rpc.block_number().await.expect("eth_blockNumber");
+    let first = rpc.block_number().await.ok();
     let until = Instant::now() + Duration::from_secs(5);
-    while rpc.block_number().await.ok() == Some(first) {
-        if Instant::now() >= until {
-            eprintln!("no block from {url} in 5 s: the run starts anywhere in its block period");
-            return;
+    loop {
+        match (first, rpc.block_number().await.ok()) {
+            (Some(first), Some(head)) if head != first => return,
+            _ if Instant::now() >= until => {
+                eprintln!("no block from {url} in 5 s: the run starts anywhere in its period");
+                return;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(2)).await,
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 
@@ -407,20 +407,25 @@ async fn direct_baseline(url: &str, args: &Args) -> (f64, usize) {
         .await;
     let mut last_progress: Vec<(u64, Instant)> = vec![(0, Instant::now()); keys.len()];
     let mut resent = 0;
-    // The nonces are read once per block, as soon as the head moves (read every 5 ms): the end
-    // of the window is then within milliseconds of the last block, as sigcast's (the time its
-    // confirmation was stored) is. Before, they were read every 250 ms.
+    // The nonces are read once per block, all at once, as soon as the head moves (read every
+    // 5 ms): the window ends within milliseconds of the last block. sigcast's ends when its
+    // last confirmation is stored; a poll every 250 ms, as before, lengthened the baseline's.
     let mut read_at: Option<u64> = None;
     loop {
-        let head = rpc.block_number().await.ok();
-        if head.is_some() && head == read_at {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            continue;
+        match rpc.block_number().await.ok() {
+            Some(head) if read_at == Some(head) => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                continue;
+            }
+            Some(head) => read_at = Some(head),
+            // No head: the nonces at a poll's pace, as before.
+            None => tokio::time::sleep(Duration::from_millis(250)).await,
         }
-        read_at = head;
+        let nonces =
+            futures::future::join_all(keys.iter().map(|key| rpc.nonce(key.address()))).await;
         let mut mined = 0;
-        for (a, key) in keys.iter().enumerate() {
-            let nonce = rpc.nonce(key.address()).await.unwrap_or(0);
+        for (a, nonce) in nonces.into_iter().enumerate() {
+            let nonce = nonce.unwrap_or(0);
             mined += (nonce as usize).min(signed[a].len());
             if nonce != last_progress[a].0 {
                 last_progress[a] = (nonce, Instant::now());

@@ -64,6 +64,17 @@ fn accepted(n: u32, sent: u64) -> pb::Attempt {
     )
 }
 
+/// Fee bump `n`, signed and stored, never recorded as sent.
+fn signed_never_sent(n: u32) -> pb::Attempt {
+    pb::Attempt {
+        number: n,
+        tx_id: tx(n),
+        reason: AttemptReason::FeeBump.as_str().into(),
+        max_fee_per_gas: "2000000000".into(),
+        ..Default::default()
+    }
+}
+
 fn evm_op(attempts: Vec<pb::Attempt>) -> pb::Operation {
     pb::Operation {
         op_id: "op".into(),
@@ -703,14 +714,7 @@ fn a_fee_bump_signed_before_a_cancel_is_never_sent_after_it() {
     // would carry the operation's own effect at a higher fee after the caller cancelled it:
     // the attempt that was sent goes out again as it is, and the cancel is asked for again a
     // bump period later (review, thirteenth session).
-    let mut bump = accepted(2, 0);
-    bump.send_time = None;
-    bump.last_send_time = None;
-    bump.outcome_time = None;
-    bump.sends = 0;
-    bump.may_land = false;
-    bump.outcome = pb::AttemptOutcome::Unspecified.into();
-    let mut op = evm_op(vec![accepted(1, 0), bump]);
+    let mut op = evm_op(vec![accepted(1, 0), signed_never_sent(2)]);
     op.cancel_requested = true;
     let free = evm(vec![view("http://a:1", 50, Some(7), None)]);
     assert_eq!(
@@ -1063,14 +1067,7 @@ fn nothing_unread_null_or_pruned_ever_settles() {
 fn a_replacement_signed_but_never_sent_goes_out() {
     // The broadcaster crashed between the signer's commit and recording the send: the fee
     // bump is stored, never sent; the first attempt may still land.
-    let mut bump = accepted(2, 10);
-    bump.send_time = None;
-    bump.last_send_time = None;
-    bump.outcome_time = None;
-    bump.sends = 0;
-    bump.may_land = false;
-    bump.outcome = pb::AttemptOutcome::Unspecified.into();
-    let op = evm_op(vec![accepted(1, 0), bump]);
+    let op = evm_op(vec![accepted(1, 0), signed_never_sent(2)]);
     let evidence = evm(vec![view("http://a:1", 101, Some(7), None)]);
     assert_eq!(decide(&op, &evidence, at(11), &rules()), Action::Send(2));
 }

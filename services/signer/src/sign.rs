@@ -1409,6 +1409,7 @@ pub fn sign_replacement_evm(
     }))
 }
 
+/// The refusal of a fee bump once a cancel was asked for: the cancel replaces the attempt.
 fn fee_bump_after_a_cancel(op: &pb::Operation) -> Error {
     Error::NotSignable {
         op_id: op.op_id.clone(),
@@ -1900,7 +1901,7 @@ mod fresh_tests {
 }
 
 #[cfg(test)]
-mod replacement_tests {
+pub(crate) mod replacement_tests {
     use super::*;
     use crate::keys::{KeyHandle, KeystoreKey};
     use sigcast_domain::OpId;
@@ -1927,7 +1928,7 @@ mod replacement_tests {
     }
 
     /// Records attempt `number` of `op_id` as sent.
-    fn send(store: &Store, op_id: &str, number: u32) {
+    pub(crate) fn record_sent(store: &Store, op_id: &str, number: u32) {
         let (root, now) = (store.root().clone(), SystemTime::now());
         store
             .run(|tx| {
@@ -1984,7 +1985,7 @@ mod replacement_tests {
             .run(|tx| sign_initial_evm(tx, &initial))
             .unwrap()
             .unwrap();
-        send(store, op_id, 1);
+        record_sent(store, op_id, 1);
         let op_id = op_id.to_owned();
         move |kind, replaces_attempt, outbids, max_gwei| ReplacementEvm {
             root: root.clone(),
@@ -2083,7 +2084,7 @@ mod replacement_tests {
         );
 
         // Sent since the replacement was priced from attempt 1: refused, nothing signed.
-        send(&store, "bumped", 2);
+        record_sent(&store, "bumped", 2);
         let refused = store
             .run(|tx| sign_replacement_evm(tx, &replacement(Replacement::Cancel, 2, 1, 11)))
             .unwrap()

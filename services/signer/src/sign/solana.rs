@@ -694,18 +694,7 @@ mod tests {
             .run(|tx| sign_solana_attempt(tx, &first))
             .unwrap()
             .unwrap();
-        store
-            .run(|tx| {
-                operations::update(
-                    tx,
-                    &root,
-                    op_id,
-                    operations::Guard::NotTerminal,
-                    &mut |op| sigcast_protocol::record::record_sending(op, 1, now),
-                    now,
-                )
-            })
-            .unwrap();
+        crate::sign::replacement_tests::record_sent(store, op_id, 1);
         attempt(2, [2; 32], SignPurpose::Resign)
     }
 

@@ -431,14 +431,15 @@ async fn two_broadcasters_read_each_block_s_receipt_list_from_the_node_once_betw
     }
     // Both replicas check every operation waiting: each read every block's list before. One
     // reads it now, and the other takes its outcomes from the store, unless it waited for them
-    // longer than it waits (a loaded machine): a few blocks at most.
+    // longer than it waits (a loaded machine): a few blocks at most, one whatever their number
+    // (the 800 transfers may span only 3 blocks, where one read twice was a third), never all.
     let twice: Vec<_> = reads.iter().filter(|(_, n)| **n > 1).collect();
     assert!(
         !reads.is_empty(),
         "no block's list read: the checks never read whole blocks"
     );
     assert!(
-        twice.len() * 4 <= reads.len(),
+        twice.len() <= (reads.len() / 4).max(1) && twice.len() < reads.len(),
         "lists of {} of {} blocks read more than once: {twice:?}",
         twice.len(),
         reads.len()

@@ -23,8 +23,10 @@ fn default_header() -> String {
     "x-forwarded-client-cert".into()
 }
 
-/// `text` split at each `separator` outside double quotes.
-fn split_unquoted(text: &str, separator: char) -> Vec<&str> {
+/// `text` split at each `separator` outside double quotes; `None` when a quote or an escape is
+/// left open: what follows it, a sidecar's appended element among it, would read as the inside
+/// of the client's quoted value.
+fn split_unquoted(text: &str, separator: char) -> Option<Vec<&str>> {
     let (mut parts, mut start, mut quoted, mut escaped) = (Vec::new(), 0, false, false);
     for (i, c) in text.char_indices() {
         match c {
@@ -39,18 +41,19 @@ fn split_unquoted(text: &str, separator: char) -> Vec<&str> {
         }
     }
     parts.push(&text[start..]);
-    parts
+    (!quoted && !escaped).then_some(parts)
 }
 
 /// The identity in an Envoy `x-forwarded-client-cert` value: its URI, else its DNS. Only a
 /// value of one element is believed (the sidecar must replace the header, not append to
 /// what the client sent: Envoy's SANITIZE_SET), and only one URI in it; quoted values (a
-/// Subject may hold `;` and `,`) are read as values, never as keys.
+/// Subject may hold `;` and `,`) are read as values, never as keys, and a value whose quotes
+/// do not close is not believed.
 pub fn of_forwarded(header: &str) -> Option<String> {
-    let [element] = split_unquoted(header, ',')[..] else {
+    let [element] = split_unquoted(header, ',')?[..] else {
         return None;
     };
-    let pairs: Vec<(String, String)> = split_unquoted(element, ';')
+    let pairs: Vec<(String, String)> = split_unquoted(element, ';')?
         .into_iter()
         .filter_map(|pair| {
             let (key, value) = pair.split_once('=')?;
@@ -94,12 +97,17 @@ pub fn caller<T>(request: &Request<T>, mesh: Option<&MeshConfig>) -> String {
     if !from_sidecar {
         return String::new();
     }
-    request
-        .metadata()
-        .get(mesh.header.as_str())
-        .and_then(|v| v.to_str().ok())
-        .and_then(of_forwarded)
-        .unwrap_or_default()
+    // One line of the header, or none believed: a sidecar that appends may add its own line
+    // after the client's, and `get` answers the first.
+    let mut lines = request.metadata().get_all(mesh.header.as_str()).iter();
+    match (lines.next(), lines.next()) {
+        (Some(line), None) => line
+            .to_str()
+            .ok()
+            .and_then(of_forwarded)
+            .unwrap_or_default(),
+        _ => String::new(),
+    }
 }
 
 #[cfg(test)]
@@ -138,6 +146,26 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_quote_the_client_left_open_does_not_swallow_what_the_sidecar_appended() {
+        // Istio's sidecars append to the client's header by default (APPEND_FORWARD): a
+        // client that opens a quote and never closes it made the comma and the sidecar's
+        // element read as the inside of its quoted value, and its own URI the caller's
+        // (review, thirteenth session).
+        let appended = "URI=spiffe://corp/victim;Subject=\",By=spiffe://corp/gw;Hash=ab;\
+                        Subject=\"\";URI=spiffe://corp/me";
+        assert_eq!(of_forwarded(appended), None);
+        assert_eq!(
+            of_forwarded("URI=spiffe://corp/victim;Subject=\"CN=x"),
+            None
+        );
+        assert_eq!(
+            of_forwarded("URI=spiffe://corp/victim;Subject=\"CN=x\\"),
+            None,
+            "an escape with nothing after it"
+        );
+    }
+
     fn from(addr: &str, header: Option<&str>) -> Request<()> {
         let mut request = Request::new(());
         request.extensions_mut().insert(TcpConnectInfo {
@@ -166,5 +194,12 @@ mod tests {
         assert_eq!(caller(&from("10.0.0.7:4000", header), Some(&mesh)), "");
         assert_eq!(caller(&from("127.0.0.1:4000", None), Some(&mesh)), "");
         assert_eq!(caller(&from("127.0.0.1:4000", header), None), "");
+        // The client's own line, and the sidecar's after it: neither is believed.
+        let mut two_lines = from("127.0.0.1:4000", Some("URI=spiffe://corp/victim"));
+        two_lines.metadata_mut().append(
+            "x-forwarded-client-cert",
+            "URI=spiffe://corp/me".parse().unwrap(),
+        );
+        assert_eq!(caller(&two_lines, Some(&mesh)), "");
     }
 }

@@ -227,6 +227,150 @@ async fn a_solana_intent_that_makes_another_held_key_sign_is_refused_and_signs_n
     assert_eq!(balance(&pool, &recipient(0)).await, 2 * SOL);
 }
 
+/// An instruction: its program, its accounts as `(key, signer, writable)`, its data.
+type Instruction<'a> = (&'a str, &'a [(&'a str, bool, bool)], Vec<u8>);
+
+/// An instruction list paid by `payer`.
+fn instruction_list(
+    op_id: &str,
+    payer: &str,
+    instructions: &[Instruction<'_>],
+) -> pb::SubmitOperationRequest {
+    let instructions = instructions
+        .iter()
+        .map(|(program, accounts, data)| pb::SolanaInstruction {
+            program_id: (*program).into(),
+            accounts: accounts
+                .iter()
+                .map(|(pubkey, is_signer, is_writable)| pb::SolanaAccountMeta {
+                    pubkey: (*pubkey).into(),
+                    is_signer: *is_signer,
+                    is_writable: *is_writable,
+                })
+                .collect(),
+            data: data.clone(),
+        })
+        .collect();
+    pb::SubmitOperationRequest {
+        op_id: op_id.into(),
+        intent: Some(pb::Intent {
+            kind: Some(pb::intent::Kind::SolanaInstructions(
+                pb::SolanaInstructions {
+                    cluster: "localnet".into(),
+                    fee_payer: payer.into(),
+                    instructions,
+                },
+            )),
+        }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn under_lamport_limits_a_key_is_never_made_a_nonce_account_nor_charged_its_caller_s_fee() {
+    const SYSTEM: &str = "11111111111111111111111111111111";
+    const COMPUTE_BUDGET: &str = "ComputeBudget111111111111111111111111111111";
+    let node = SolanaNode::start(Duration::from_millis(50)).await;
+    let mut stack_options = StackOptions {
+        accounts: 1,
+        solana_rpc: Some(node.url.clone()),
+        solana_accounts: 1,
+        ..Default::default()
+    };
+    // The signer's policy alone: the gateway accepts, the signer is the authority.
+    stack_options.signer_tables =
+        "[[policies]]\naccount = \"*\"\nmax_lamports = \"10000\"\n".into();
+    let stack = Stack::start(stack_options).await;
+    let key = stack.solana_accounts[0].clone();
+    let thief = recipient(1);
+    node.airdrop(key_bytes(&key), 10 * SOL);
+    node.airdrop(key_bytes(&recipient(0)), SOL);
+    let le = |kind: u32, rest: &[u8]| [&kind.to_le_bytes()[..], rest].concat();
+    // Allocate the wallet's data, then make it a nonce account whose authority is the thief:
+    // not one lamport moves, and the whole balance is the thief's to withdraw.
+    let nonce_theft = instruction_list(
+        "nonce-theft",
+        &key,
+        &[
+            (SYSTEM, &[(&key, true, true)], le(8, &80u64.to_le_bytes())),
+            (
+                SYSTEM,
+                &[
+                    (&key, false, true),
+                    ("SysvarRecentB1ockHashes11111111111111111111", false, false),
+                    ("SysvarRent111111111111111111111111111111111", false, false),
+                ],
+                le(6, &key_bytes(&thief)),
+            ),
+        ],
+    );
+    // A one-lamport transfer with a priority fee of a whole SOL (10^6 units at 10^9
+    // micro-lamports each), which the fee payer pays.
+    let mut limit = vec![2];
+    limit.extend_from_slice(&1_000_000u32.to_le_bytes());
+    let mut price = vec![3];
+    price.extend_from_slice(&1_000_000_000u64.to_le_bytes());
+    let priority_fee = instruction_list(
+        "priority-fee",
+        &key,
+        &[
+            (COMPUTE_BUDGET, &[], limit),
+            (COMPUTE_BUDGET, &[], price),
+            (
+                SYSTEM,
+                &[(&key, true, true), (&recipient(0), false, true)],
+                le(2, &1u64.to_le_bytes()),
+            ),
+        ],
+    );
+    let mut client = stack.client().await;
+    client.submit_operation(nonce_theft).await.unwrap();
+    // A priority fee of its own is refused under any policy, at submit already; recorded
+    // behind the gateway's back, by the signer.
+    let refused = client
+        .submit_operation(priority_fee.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert!(
+        refused.message().contains("priority fee"),
+        "{}",
+        refused.message()
+    );
+    record_directly(&store_of(&stack), &priority_fee, |_| {});
+    let done = wait_terminal(
+        &stack,
+        &["nonce-theft".into(), "priority-fee".into()],
+        Duration::from_secs(60),
+    )
+    .await;
+    for (op_id, rule) in [
+        ("nonce-theft", "cannot bound"),
+        ("priority-fee", "priority fee"),
+    ] {
+        let op = &done[op_id];
+        assert_eq!(op.state(), pb::OperationState::Rejected, "{op:?}");
+        let error = op.error.as_ref().unwrap();
+        assert_eq!(error.reason, "SIGNER_REFUSED");
+        assert!(error.message.contains(rule), "{op_id}: {}", error.message);
+        assert!(op.attempts.is_empty(), "{op_id}: signed");
+    }
+    let pool = RpcPool::new(std::slice::from_ref(&node.url), Duration::from_secs(5)).unwrap();
+    assert_eq!(balance(&pool, &key).await, 10 * SOL, "not a lamport spent");
+    // Still a wallet: it pays for a transfer within its limits.
+    client
+        .submit_operation(sol_transfer("after", &key, &recipient(0), 10_000))
+        .await
+        .unwrap();
+    let after = wait_terminal(&stack, &["after".into()], Duration::from_secs(60)).await;
+    assert_eq!(
+        after["after"].state(),
+        pb::OperationState::Confirmed,
+        "{}",
+        stack.logs()
+    );
+    assert_eq!(balance(&pool, &key).await, 10 * SOL - 10_000 - FEE);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lamports_are_held_to_the_value_recipient_and_window_limits() {
     let node = SolanaNode::start(Duration::from_millis(50)).await;

@@ -80,6 +80,19 @@ impl KeyPolicy {
     /// Checks the values that parse but cannot work: amounts must be decimal wei, selectors
     /// `0x` + 8 hex digits, a window limit needs a window.
     pub fn validate(&self) -> Result<(), String> {
+        // A typo would leave the key it meant governed by no policy at all.
+        let parses = if self.account.starts_with("0x") {
+            crate::EvmAddress::parse(&self.account).is_ok()
+        } else {
+            SolanaPubkey::parse(&self.account).is_ok()
+        };
+        if self.account != "*" && !parses {
+            return Err(format!(
+                "policy for {:?}: account must be an EVM address (0x…), a Solana key (base58) \
+                 or \"*\"",
+                self.account
+            ));
+        }
         for (field, value) in [
             ("max_value_wei", &self.max_value_wei),
             ("window_max_value_wei", &self.window_max_value_wei),
@@ -217,10 +230,15 @@ impl KeyPolicy {
         {
             // Another program handed a signer can move its lamports through the System Program
             // itself, out of sight of this count: with lamport limits, only programs the policy
-            // trusts (allowed_program_ids) may be given one.
+            // trusts (allowed_program_ids) may be given one. The runtime hands it one whenever
+            // it names a key that signs the transaction, flagged as a signer there or not.
+            let signing = signing_keys(list);
             if let Some((index, ix)) = list.instructions.iter().enumerate().find(|(_, ix)| {
                 ix.program_id.to_string() != SYSTEM_PROGRAM
-                    && ix.accounts.iter().any(|meta| meta.is_signer)
+                    && ix
+                        .accounts
+                        .iter()
+                        .any(|meta| signing.contains(&meta.pubkey.to_string()))
             }) {
                 return Err(Violation(format!(
                     "instruction {index}: program {} is given a signer; with lamport limits \
@@ -257,6 +275,7 @@ pub fn check_intent(policies: &[KeyPolicy], intent: &Intent) -> Result<(), Viola
     if let Intent::SolanaInstructions(list) = intent {
         let allowed = policy.map_or(&[][..], |p| p.allowed_co_signers.as_slice());
         check_co_signers(&list.fee_payer.to_string(), allowed, co_signers(list))?;
+        check_no_priority_fee(list)?;
     }
     match policy {
         Some(policy) => policy.check(intent),
@@ -280,6 +299,31 @@ where
         ))),
         None => Ok(()),
     }
+}
+
+/// Refuses an instruction that sets the priority fee. The signer sets it, from its
+/// `compute_unit_price_micro_lamports`; one a caller set would be paid by the fee payer at any
+/// price, past every limit of its policy. (The compute unit limit is the caller's to set.)
+fn check_no_priority_fee(list: &SolanaInstructions) -> Result<(), Violation> {
+    const SET_COMPUTE_UNIT_PRICE: u8 = 3;
+    match list.instructions.iter().position(|ix| {
+        ix.program_id.to_string() == COMPUTE_BUDGET_PROGRAM
+            && ix.data.first() == Some(&SET_COMPUTE_UNIT_PRICE)
+    }) {
+        Some(index) => Err(Violation(format!(
+            "instruction {index}: sets a priority fee (compute unit price); the signer sets it \
+             (compute_unit_price_micro_lamports)"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Every key that signs the list's transaction: its fee payer and each key an instruction
+/// flags as a signer. The runtime makes each a signer of every instruction that names it.
+pub fn signing_keys(list: &SolanaInstructions) -> Vec<String> {
+    std::iter::once(list.fee_payer.to_string())
+        .chain(co_signers(list))
+        .collect()
 }
 
 /// The keys an instruction list marks as signers.
@@ -309,7 +353,8 @@ pub fn lamports_moved(intent: &Intent) -> Result<Vec<(String, u64)>, Violation> 
         let unreadable = || {
             Violation(format!(
                 "instruction {index}: a System Program instruction whose lamports this policy \
-                 cannot bound (create account with seed, assign, authorize nonce, or unreadable)"
+                 cannot bound (create account with seed, assign, allocate, initialize or \
+                 authorize a nonce, or unreadable)"
             ))
         };
         let kind = ix
@@ -323,11 +368,13 @@ pub fn lamports_moved(intent: &Intent) -> Result<Vec<(String, u64)>, Violation> 
         let recipient = match kind {
             0 | 2 | 5 => 1,
             11 => 2,
-            // Advance, initialize or upgrade a nonce, allocate (with seed): nothing moves.
-            4 | 6 | 8 | 9 | 12 => continue,
-            // Assign (with seed) hands an account, all its lamports with it, to a program;
-            // authorizing a nonce account hands its balance to a new authority; create account
-            // with seed has its amount behind a variable-length seed. Refused, not counted.
+            // Advance or upgrade a nonce account: nothing moves.
+            4 | 12 => continue,
+            // Assign (with seed) hands an account, all its lamports with it, to a program, and
+            // so does allocate with seed; allocate and initialize a nonce make a wallet a nonce
+            // account, its balance then its authority's; authorizing a nonce account hands its
+            // balance to a new authority; create account with seed has its amount behind a
+            // variable-length seed. Refused, not counted.
             _ => return Err(unreadable()),
         };
         let lamports = ix
@@ -343,6 +390,9 @@ pub fn lamports_moved(intent: &Intent) -> Result<Vec<(String, u64)>, Violation> 
 
 /// The Solana System Program, which SOL transfers invoke.
 const SYSTEM_PROGRAM: &str = "11111111111111111111111111111111";
+
+/// The Solana program whose instructions set a transaction's compute budget and priority fee.
+const COMPUTE_BUDGET_PROGRAM: &str = "ComputeBudget111111111111111111111111111111";
 
 impl KeyPolicy {
     fn check_programs(&self, programs: impl IntoIterator<Item = String>) -> Result<(), Violation> {
@@ -667,6 +717,152 @@ mod tests {
     }
 
     #[test]
+    fn a_program_named_with_a_signing_key_gets_its_signature_whatever_its_flag_says() {
+        // The runtime makes a key a signer of the whole message: an instruction that names
+        // the fee payer unflagged (a token transfer with it as owner) is still handed its
+        // signature.
+        let (payer, friend, program) = (
+            SolanaPubkey::from([1; 32]),
+            SolanaPubkey::from([2; 32]),
+            SolanaPubkey::from([4; 32]),
+        );
+        let policy = KeyPolicy {
+            account: payer.to_string(),
+            max_lamports: "1000".into(),
+            allowed_co_signers: vec![friend.to_string()],
+            ..Default::default()
+        };
+        let mut unflagged = system_ix(3, 0, &[friend, payer]);
+        unflagged.program_id = program;
+        unflagged
+            .accounts
+            .iter_mut()
+            .for_each(|meta| meta.is_signer = false);
+        let refused = policy
+            .check(&instructions(payer, vec![unflagged.clone()]))
+            .unwrap_err()
+            .0;
+        assert!(refused.contains("allowed_program_ids"), "{refused}");
+        // A co-signer is a signer of the message too: named unflagged where another
+        // instruction flags it.
+        let mut names_co_signer = unflagged.clone();
+        names_co_signer.accounts = vec![SolanaAccountMeta {
+            pubkey: friend,
+            is_signer: false,
+            is_writable: false,
+        }];
+        let co_signed = instructions(
+            payer,
+            vec![system_ix(2, 1, &[friend, payer]), names_co_signer],
+        );
+        assert!(policy.check(&co_signed).is_err());
+        // A program named with no signing key is not.
+        let mut no_signer = unflagged;
+        no_signer.accounts = vec![SolanaAccountMeta {
+            pubkey: SolanaPubkey::from([9; 32]),
+            is_signer: false,
+            is_writable: true,
+        }];
+        assert_eq!(policy.check(&instructions(payer, vec![no_signer])), Ok(()));
+    }
+
+    #[test]
+    fn a_held_key_is_never_allocated_or_made_a_nonce_account_under_lamport_limits() {
+        // Allocate then initialize a nonce on the fee payer with another authority: the
+        // wallet becomes a nonce account whose balance that authority withdraws, and not
+        // one lamport was "moved". Allocate with seed also assigns its account to a program.
+        let (payer, thief) = (SolanaPubkey::from([1; 32]), SolanaPubkey::from([5; 32]));
+        let policy = KeyPolicy {
+            account: payer.to_string(),
+            max_lamports: "1000".into(),
+            ..Default::default()
+        };
+        let mut allocate = system_ix(8, 80, &[payer]);
+        allocate.data.truncate(12);
+        let initialize = system_ix(6, 0, &[payer, thief]);
+        let seeded = system_ix(9, 0, &[thief, payer]);
+        for (list, why) in [
+            (
+                vec![allocate.clone(), initialize.clone()],
+                "allocate, then a nonce",
+            ),
+            (vec![allocate], "allocate alone freezes the wallet"),
+            (vec![initialize], "initialize a nonce"),
+            (vec![seeded], "allocate with seed assigns"),
+        ] {
+            let refused = policy.check(&instructions(payer, list)).map_err(|v| v.0);
+            assert!(
+                refused.as_ref().is_err_and(|r| r.contains("cannot bound")),
+                "{why}: {refused:?}"
+            );
+        }
+        // Without lamport limits the key's callers may do anything with it, as before.
+        let free = KeyPolicy {
+            account: payer.to_string(),
+            ..Default::default()
+        };
+        assert_eq!(
+            free.check(&instructions(payer, vec![system_ix(6, 0, &[payer, thief])])),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn an_instruction_list_never_sets_its_own_priority_fee() {
+        // The signer sets the priority fee (compute_unit_price_micro_lamports); one the
+        // caller sets would burn the fee payer's balance, past every limit.
+        let payer = SolanaPubkey::from([1; 32]);
+        let budget = |data: Vec<u8>| SolanaInstruction {
+            program_id: SolanaPubkey::parse(COMPUTE_BUDGET_PROGRAM).unwrap(),
+            accounts: Vec::new(),
+            data,
+        };
+        let mut price = vec![3];
+        price.extend_from_slice(&u64::MAX.to_le_bytes());
+        let refused = check_intent(&[], &instructions(payer, vec![budget(price)]))
+            .unwrap_err()
+            .0;
+        assert!(refused.contains("priority fee"), "{refused}");
+        let mut limit = vec![2];
+        limit.extend_from_slice(&400_000u32.to_le_bytes());
+        assert_eq!(
+            check_intent(&[], &instructions(payer, vec![budget(limit)])),
+            Ok(()),
+            "a compute unit limit is the caller's to set"
+        );
+    }
+
+    #[test]
+    fn a_policy_names_an_account_that_parses_or_every_one() {
+        for account in [
+            A.to_string(),
+            A.to_lowercase(),
+            SolanaPubkey::from([1; 32]).to_string(),
+            "*".into(),
+        ] {
+            let policy = KeyPolicy {
+                account: account.clone(),
+                ..Default::default()
+            };
+            assert_eq!(policy.validate(), Ok(()), "{account}");
+        }
+        // A typo would leave the key it meant under no policy at all.
+        for account in [
+            "",
+            "0x1234",
+            "0Xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
+            "not base58!",
+        ] {
+            let policy = KeyPolicy {
+                account: account.into(),
+                ..Default::default()
+            };
+            let refused = policy.validate().unwrap_err();
+            assert!(refused.contains("account"), "{account:?}: {refused}");
+        }
+    }
+
+    #[test]
     fn lamports_are_counted_only_under_a_lamport_limit() {
         let payer = SolanaPubkey::from([1; 32]);
         let unknown = instructions(payer, vec![system_ix(99, 0, &[payer])]);
@@ -697,11 +893,13 @@ mod tests {
     #[test]
     fn a_fee_limit_of_zero_is_refused_and_others_accepted() {
         let zero = KeyPolicy {
+            account: "*".into(),
             max_fee_wei: "0".into(),
             ..Default::default()
         };
         assert!(zero.validate().unwrap_err().contains("max_fee_wei"));
         let some = KeyPolicy {
+            account: "*".into(),
             max_fee_wei: "21000000000000".into(),
             ..Default::default()
         };

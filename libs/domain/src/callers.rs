@@ -3,6 +3,7 @@
 //! it at submit (before anything is stored) and the signer checks it again against the caller
 //! recorded with the operation. Pure.
 
+use crate::Wei;
 use crate::intent::Intent;
 use crate::policy::{Violation, same_address};
 use serde::{Deserialize, Serialize};
@@ -63,12 +64,18 @@ impl CallerRule {
     }
 
     fn allows(&self, intent: &Intent) -> Result<(), Violation> {
-        let account = intent.account();
-        if !self
-            .accounts
-            .iter()
-            .any(|a| a == "*" || same_address(a, &account))
-        {
+        // Every key that signs: the account, and an instruction list's co-signers (which the
+        // fee payer's policy allows for any of its callers, not for this one).
+        let keys = match intent {
+            Intent::SolanaInstructions(list) => crate::policy::signing_keys(list),
+            _ => vec![intent.account()],
+        };
+        if let Some(account) = keys.iter().find(|key| {
+            !self
+                .accounts
+                .iter()
+                .any(|a| a == "*" || same_address(a, key))
+        }) {
             return Err(Violation(format!(
                 "caller {} may not use account {account}",
                 self.identity
@@ -86,6 +93,19 @@ impl CallerRule {
             return Err(Violation(format!(
                 "caller {} may not submit {kind} intents",
                 self.identity
+            )));
+        }
+        // A contract call that carries value pays its target, whatever its data: a transfer
+        // too, as the key policy holds it.
+        if let Intent::EvmContractCall(call) = intent
+            && call.value != Wei::zero()
+            && !self.intent_kinds.is_empty()
+            && !self.intent_kinds.iter().any(|k| k == INTENT_KINDS[0])
+        {
+            return Err(Violation(format!(
+                "caller {} may not send value (a contract call carrying {} wei is a transfer \
+                 too: it needs evm_transfer in intent_kinds)",
+                self.identity, call.value
             )));
         }
         Ok(())
@@ -244,6 +264,85 @@ mod tests {
         }];
         assert_eq!(Callers(&any_kind).may_submit("x", &call), Ok(()));
         assert_eq!(intent_kind(&call), "evm_contract_call");
+    }
+
+    #[test]
+    fn a_contract_call_that_carries_value_is_a_transfer_too() {
+        // Value sent with any data (empty, or one byte to an account with no code) pays its
+        // target as a transfer does.
+        let call = |data: Vec<u8>, value: u64| {
+            Intent::EvmContractCall(crate::EvmContractCall {
+                chain_id: 31337,
+                from: EvmAddress::parse(A).unwrap(),
+                to: EvmAddress::parse(B).unwrap(),
+                data,
+                value: Wei::parse(&value.to_string()).unwrap(),
+                gas_limit: None,
+            })
+        };
+        let calls_only = [CallerRule {
+            identity: "x".into(),
+            accounts: vec!["*".into()],
+            intent_kinds: vec!["evm_contract_call".into()],
+            ..Default::default()
+        }];
+        assert_eq!(
+            Callers(&calls_only).may_submit("x", &call(vec![1], 0)),
+            Ok(())
+        );
+        for data in [Vec::new(), vec![0]] {
+            let refused = Callers(&calls_only)
+                .may_submit("x", &call(data, 1))
+                .unwrap_err()
+                .0;
+            assert!(refused.contains("evm_transfer"), "{refused}");
+        }
+        let both = [CallerRule {
+            intent_kinds: vec!["evm_contract_call".into(), "evm_transfer".into()],
+            ..calls_only[0].clone()
+        }];
+        assert_eq!(Callers(&both).may_submit("x", &call(Vec::new(), 1)), Ok(()));
+    }
+
+    #[test]
+    fn every_key_that_signs_an_instruction_list_is_one_the_caller_may_use() {
+        let (payer, other) = (SolanaPubkey::from([1; 32]), SolanaPubkey::from([2; 32]));
+        let meta = |pubkey, is_signer| crate::SolanaAccountMeta {
+            pubkey,
+            is_signer,
+            is_writable: true,
+        };
+        // A transfer out of `other`, co-signed: the fee payer's policy may allow it as a
+        // co-signer, but this caller was given the fee payer only.
+        let spend_other = Intent::SolanaInstructions(crate::SolanaInstructions {
+            cluster: "localnet".into(),
+            fee_payer: payer,
+            instructions: vec![crate::SolanaInstruction {
+                program_id: SolanaPubkey::from([0; 32]),
+                accounts: vec![meta(other, true), meta(payer, false)],
+                data: vec![2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0],
+            }],
+        });
+        let payer_only = [CallerRule {
+            identity: "x".into(),
+            accounts: vec![payer.to_string()],
+            ..Default::default()
+        }];
+        let refused = Callers(&payer_only)
+            .may_submit("x", &spend_other)
+            .unwrap_err()
+            .0;
+        assert!(refused.contains(&other.to_string()), "{refused}");
+        let both = [CallerRule {
+            accounts: vec![payer.to_string(), other.to_string()],
+            ..payer_only[0].clone()
+        }];
+        assert_eq!(Callers(&both).may_submit("x", &spend_other), Ok(()));
+        let any = [CallerRule {
+            accounts: vec!["*".into()],
+            ..payer_only[0].clone()
+        }];
+        assert_eq!(Callers(&any).may_submit("x", &spend_other), Ok(()));
     }
 
     #[test]

@@ -1155,6 +1155,9 @@ impl Signer {
             // Refused again in the transaction, where a cancel asked for since counts too.
             return Err(fee_bump_after_a_cancel(&op));
         }
+        if kind == Replacement::Cancel && !op.cancel_requested {
+            return Err(no_cancel_asked(&op));
+        }
         // The attempt whose payload was read above, if it was sent (0: none was, and the
         // payload read is the newest attempt's).
         let outbids = newest_sent(&op).map_or(0, |a| a.number);
@@ -1348,6 +1351,9 @@ pub fn sign_replacement_evm(
     if r.kind == Replacement::FeeBump && stored.cancel_requested {
         return Ok(Err(fee_bump_after_a_cancel(&stored)));
     }
+    if r.kind == Replacement::Cancel && !stored.cancel_requested {
+        return Ok(Err(no_cancel_asked(&stored)));
+    }
     if let Some(sent) = stored
         .attempts
         .iter()
@@ -1415,6 +1421,17 @@ fn fee_bump_after_a_cancel(op: &pb::Operation) -> Error {
         op_id: op.op_id.clone(),
         state: format!(
             "{} (a cancel was asked for: its cancel replaces it, not a fee bump)",
+            op.state().as_str_name()
+        ),
+    }
+}
+
+/// The refusal of a cancel nobody asked for: the signer signs only what the store records.
+pub(crate) fn no_cancel_asked(op: &pb::Operation) -> Error {
+    Error::NotSignable {
+        op_id: op.op_id.clone(),
+        state: format!(
+            "{} (no cancel was asked for: CancelOperation records one first)",
             op.state().as_str_name()
         ),
     }
@@ -2058,6 +2075,33 @@ pub(crate) mod replacement_tests {
     }
 
     #[test]
+    fn a_cancel_is_signed_only_once_one_was_asked_for() {
+        // The signer signs only what the store records: a cancel nobody asked for (a client
+        // of the signer other than the broadcaster, or a bug) would end a caller's operation.
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let root = store.root().clone();
+        let replacement = sent_operation(&store, "kept");
+        let refused = store
+            .run(|tx| sign_replacement_evm(tx, &replacement(Replacement::Cancel, 1, 1, 11)))
+            .unwrap()
+            .expect_err("no cancel was asked for");
+        assert!(
+            refused.to_string().contains("no cancel was asked for"),
+            "{refused}"
+        );
+        assert_eq!(stored(&store, "kept").attempts.len(), 1, "nothing signed");
+        store
+            .run(|tx| operations::cancel(tx, &root, "kept", SystemTime::now()))
+            .unwrap();
+        let cancel = store
+            .run(|tx| sign_replacement_evm(tx, &replacement(Replacement::Cancel, 1, 1, 11)))
+            .unwrap()
+            .expect("asked for, the cancel is signed");
+        assert_eq!((cancel.attempt, cancel.already_signed), (2, false));
+    }
+
+    #[test]
     fn a_replacement_is_priced_from_the_newest_attempt_sent() {
         let dir = tempfile::tempdir().unwrap();
         let store = store(&dir);
@@ -2085,6 +2129,10 @@ pub(crate) mod replacement_tests {
 
         // Sent since the replacement was priced from attempt 1: refused, nothing signed.
         record_sent(&store, "bumped", 2);
+        let root = store.root().clone();
+        store
+            .run(|tx| operations::cancel(tx, &root, "bumped", SystemTime::now()))
+            .unwrap();
         let refused = store
             .run(|tx| sign_replacement_evm(tx, &replacement(Replacement::Cancel, 2, 1, 11)))
             .unwrap()

@@ -341,6 +341,9 @@ impl Signer {
                 already_signed: true,
             });
         }
+        if !op.cancel_requested {
+            return Err(super::no_cancel_asked(&op));
+        }
         // Checked like any signature: the nonce's authority is the account of the intent.
         self.stored_intent(&op)?;
         let Some(pb::operation::Signing::Solana(signing)) = &op.signing else {
@@ -515,6 +518,9 @@ pub fn sign_solana_attempt(
     // Read in this transaction, so a cancel committed since the re-sign was decided counts.
     if r.purpose == SignPurpose::Resign && stored.cancel_requested {
         return Ok(Err(cancel_asked(&stored)));
+    }
+    if r.purpose == SignPurpose::Cancel && !stored.cancel_requested {
+        return Ok(Err(super::no_cancel_asked(&stored)));
     }
     let cluster = stored.chain.trim_start_matches("solana:");
     if let Some((policy, lamports)) = &r.window {

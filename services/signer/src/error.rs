@@ -51,6 +51,17 @@ pub enum Error {
     /// The interlock refused: the nonce belongs to another operation.
     #[error("interlock: {0}")]
     Interlock(#[from] sigcast_store::accounts::NonceTaken),
+    /// The interlock refused: different signed bytes are already stored for this attempt.
+    #[error(
+        "interlock: operation {op_id:?} already holds other signed bytes for attempt {attempt}; \
+         nothing was signed over them"
+    )]
+    PayloadDiffers {
+        /// The op_id.
+        op_id: String,
+        /// The attempt.
+        attempt: u32,
+    },
     /// Every durable-nonce account of the key is held by an operation in flight.
     #[error(
         "operation {op_id:?} waits: all {count} durable-nonce accounts of {account} are held by operations in flight"
@@ -140,7 +151,9 @@ impl Error {
         Some(match self {
             Error::NoKey { .. } => REFUSED_NO_KEY,
             Error::PolicyDenied { .. } => REFUSED_BY_POLICY,
-            Error::Interlock(_) | Error::NonceAccountHeld { .. } => "INTERLOCK",
+            Error::Interlock(_) | Error::PayloadDiffers { .. } | Error::NonceAccountHeld { .. } => {
+                "INTERLOCK"
+            }
             Error::NotSignable { .. } => "NOT_SIGNABLE",
             Error::NotFound(_) => "NOT_RECORDED",
             Error::FeeCap { .. } => AT_FEE_CAP,
@@ -193,6 +206,7 @@ impl From<Error> for Status {
             Error::NotSignable { .. }
             | Error::UnknownChain { .. }
             | Error::Interlock(_)
+            | Error::PayloadDiffers { .. }
             | Error::WrongChain { .. }
             | Error::BadIntent { .. } => Status::failed_precondition(message),
             // A refusal of the operation itself carries its reason, so a caller can tell it from

@@ -1480,7 +1480,14 @@ impl Signing<'_> {
             }
         };
         let signed = unsigned.into_signed(signature);
-        accounts::put_payload(tx, self.root, self.op_id, self.attempt, &signed.raw)?;
+        // An attempt's bytes never change once stored (unreachable while attempts are
+        // numbered in the transaction that stores them; refused, not overwritten, if not).
+        if !accounts::put_payload(tx, self.root, self.op_id, self.attempt, &signed.raw)? {
+            return Ok(Err(Error::PayloadDiffers {
+                op_id: self.op_id.to_owned(),
+                attempt: self.attempt,
+            }));
+        }
         let audit = AuditRecord {
             op_id,
             attempt: self.attempt,
@@ -2072,6 +2079,32 @@ pub(crate) mod replacement_tests {
             .unwrap()
             .expect("the cancel is signed");
         assert_eq!((cancel.attempt, cancel.already_signed), (2, false));
+    }
+
+    #[test]
+    fn an_attempt_s_stored_bytes_are_never_signed_over() {
+        // Unreachable while attempts are numbered where they are stored; if a store held
+        // other bytes for the attempt, its record must not point at a payload not stored.
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let root = store.root().clone();
+        let replacement = sent_operation(&store, "held");
+        store
+            .run(|tx| accounts::put_payload(tx, &root, "held", 2, b"other bytes"))
+            .unwrap();
+        let refused = store
+            .run(|tx| sign_replacement_evm(tx, &replacement(Replacement::FeeBump, 1, 1, 11)))
+            .unwrap()
+            .expect_err("attempt 2 holds other bytes");
+        assert!(
+            matches!(refused, Error::PayloadDiffers { attempt: 2, .. }),
+            "{refused}"
+        );
+        assert_eq!(stored(&store, "held").attempts.len(), 1, "nothing recorded");
+        let kept = store
+            .read(|tx| accounts::payload(tx, &root, "held", 2))
+            .unwrap();
+        assert_eq!(kept.as_deref(), Some(&b"other bytes"[..]));
     }
 
     #[test]

@@ -573,13 +573,18 @@ pub fn sign_solana_attempt(
         }));
     };
     let tx_id = b58(first);
-    accounts::put_payload(
+    if !accounts::put_payload(
         tx,
         root,
         id,
         number,
         &sigcast_solana::wire_bytes(&transaction),
-    )?;
+    )? {
+        return Ok(Err(Error::PayloadDiffers {
+            op_id: id.clone(),
+            attempt: number,
+        }));
+    }
     let audit = AuditRecord {
         op_id: id.clone(),
         attempt: number,

@@ -363,3 +363,72 @@ async fn a_nonce_advanced_elsewhere_is_proven_and_the_operation_re_signed_once()
         "paid once"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_instruction_list_never_touches_a_durable_nonce_account_of_its_keys() {
+    // A caller of the key (any policy) asks to hand a nonce account the key is the authority
+    // of to another authority: the nonce account's balance, and every operation signed over
+    // it, would be theirs to strand.
+    let (node, _proxy, stack, created) = durable_nonce_stack(1).await;
+    let from = stack.solana_accounts[0].clone();
+    let pool = RpcPool::new(std::slice::from_ref(&node.url), Duration::from_secs(5)).unwrap();
+    let held = balance(&pool, &created[0]).await;
+    let mut data = 7u32.to_le_bytes().to_vec();
+    data.extend_from_slice(&key_bytes(&recipient(1)));
+    let meta = |pubkey: &str, is_signer: bool, is_writable: bool| pb::SolanaAccountMeta {
+        pubkey: pubkey.into(),
+        is_signer,
+        is_writable,
+    };
+    let authorize = pb::SubmitOperationRequest {
+        op_id: "authorize-nonce".into(),
+        intent: Some(pb::Intent {
+            kind: Some(pb::intent::Kind::SolanaInstructions(
+                pb::SolanaInstructions {
+                    cluster: "localnet".into(),
+                    fee_payer: from.clone(),
+                    instructions: vec![pb::SolanaInstruction {
+                        program_id: "11111111111111111111111111111111".into(),
+                        accounts: vec![meta(&created[0], false, true), meta(&from, true, false)],
+                        data,
+                    }],
+                },
+            )),
+        }),
+    };
+    let mut client = stack.client().await;
+    client.submit_operation(authorize).await.unwrap();
+    let done = wait_terminal(&stack, &["authorize-nonce".into()], Duration::from_secs(60)).await;
+    let op = &done["authorize-nonce"];
+    assert_eq!(op.state(), pb::OperationState::Rejected, "{op:?}");
+    let error = op.error.as_ref().unwrap();
+    assert_eq!(error.reason, "SIGNER_REFUSED");
+    assert!(error.message.contains(&created[0]), "{}", error.message);
+    assert!(op.attempts.is_empty(), "signed: {:?}", op.attempts);
+    let rpc = SolanaRpc::new(std::slice::from_ref(&node.url), Duration::from_secs(5)).unwrap();
+    let state = rpc.nonce(&key_bytes(&created[0])).await.unwrap().unwrap();
+    assert_eq!(
+        state.authority,
+        key_bytes(&from),
+        "the key is still its authority"
+    );
+    assert_eq!(balance(&pool, &created[0]).await, held);
+
+    // The key's operations still sign over it.
+    client
+        .submit_operation(sol_transfer("after", &from, &recipient(0), 1_000))
+        .await
+        .unwrap();
+    let done = wait_terminal(&stack, &["after".into()], Duration::from_secs(60)).await;
+    assert_eq!(
+        done["after"].state(),
+        pb::OperationState::Confirmed,
+        "{}",
+        stack.logs()
+    );
+    let Some(pb::operation::Signing::Solana(signing)) = &done["after"].signing else {
+        panic!("{:?}", done["after"])
+    };
+    assert_eq!(signing.nonce_account, created[0]);
+    assert_eq!(balance(&pool, &recipient(0)).await, SOL + 1_000);
+}

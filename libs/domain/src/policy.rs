@@ -318,6 +318,31 @@ fn check_no_priority_fee(list: &SolanaInstructions) -> Result<(), Violation> {
     }
 }
 
+/// Refuses an instruction that names one of `nonce_accounts`: the durable-nonce accounts
+/// registered for the list's signing keys, which the signer's own operations hold. Their
+/// authority signs the list, so it could withdraw, advance or hand over an account another
+/// operation's signed transaction depends on: that operation could then never be proven
+/// landed or expired. Under any policy, as the signer alone knows which accounts these are.
+pub fn check_nonce_accounts(
+    list: &SolanaInstructions,
+    nonce_accounts: &[String],
+) -> Result<(), Violation> {
+    for (index, ix) in list.instructions.iter().enumerate() {
+        if let Some(meta) = ix
+            .accounts
+            .iter()
+            .find(|meta| nonce_accounts.contains(&meta.pubkey.to_string()))
+        {
+            return Err(Violation(format!(
+                "instruction {index}: names {}, a durable-nonce account the signer's operations \
+                 use; no instruction list may touch one",
+                meta.pubkey
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Every key that signs the list's transaction: its fee payer and each key an instruction
 /// flags as a signer. The runtime makes each a signer of every instruction that names it.
 pub fn signing_keys(list: &SolanaInstructions) -> Vec<String> {
@@ -830,6 +855,35 @@ mod tests {
             Ok(()),
             "a compute unit limit is the caller's to set"
         );
+    }
+
+    #[test]
+    fn no_instruction_names_a_durable_nonce_account_the_signer_uses() {
+        let (payer, nonce, friend) = (
+            SolanaPubkey::from([1; 32]),
+            SolanaPubkey::from([6; 32]),
+            SolanaPubkey::from([2; 32]),
+        );
+        let registered = [nonce.to_string()];
+        let list = |ix: SolanaInstruction| SolanaInstructions {
+            cluster: "localnet".into(),
+            fee_payer: payer,
+            instructions: vec![system_ix(2, 1, &[payer, friend]), ix],
+        };
+        // Withdrawing its balance: named first, as the account withdrawn from.
+        let withdraw = list(system_ix(5, 1, &[nonce, friend, payer]));
+        let refused = check_nonce_accounts(&withdraw, &registered).unwrap_err().0;
+        assert!(
+            refused.contains("instruction 1") && refused.contains(&nonce.to_string()),
+            "{refused}"
+        );
+        // Named anywhere, by any program.
+        let mut other = system_ix(0, 0, &[friend, nonce]);
+        other.program_id = SolanaPubkey::from([4; 32]);
+        assert!(check_nonce_accounts(&list(other), &registered).is_err());
+        let elsewhere = list(system_ix(2, 1, &[payer, friend]));
+        assert_eq!(check_nonce_accounts(&elsewhere, &registered), Ok(()));
+        assert_eq!(check_nonce_accounts(&withdraw, &[]), Ok(()));
     }
 
     #[test]

@@ -523,6 +523,21 @@ pub fn sign_solana_attempt(
         return Ok(Err(super::no_cancel_asked(&stored)));
     }
     let cluster = stored.chain.trim_start_matches("solana:");
+    // The durable-nonce accounts of the keys that sign, read in this transaction: a list
+    // that touches one could strand another operation signed over it.
+    if let (Intent::SolanaInstructions(list), false) = (&r.intent, r.purpose == SignPurpose::Cancel)
+    {
+        let mut registered = Vec::new();
+        for key in sigcast_domain::policy::signing_keys(list) {
+            registered.extend(accounts::nonce_accounts(tx, root, cluster, &key)?);
+        }
+        if let Err(violation) = sigcast_domain::policy::check_nonce_accounts(list, &registered) {
+            return Ok(Err(Error::PolicyDenied {
+                op_id: id.clone(),
+                rule: violation.0,
+            }));
+        }
+    }
     if let Some((policy, lamports)) = &r.window {
         let spend = super::WindowSpend {
             root,

@@ -215,6 +215,16 @@ impl ServiceConfig for Config {
                  configure [tls], or set allow_plaintext behind a mesh that terminates mTLS",
             );
         }
+        let off_loopback = !self.listen.ip().is_loopback()
+            || self.operator_listen.is_some_and(|a| !a.ip().is_loopback());
+        if self.allow_plaintext && self.tls.is_none() && self.mesh.is_none() && off_loopback {
+            return invalid(
+                "allow_plaintext",
+                "behind a sidecar, callers are told apart only by the certificate it forwards: \
+                 configure [mesh] (its addresses and header), or every caller is the same \
+                 unauthenticated one",
+            );
+        }
         if self.mesh.is_some() && self.tls.is_some() {
             return invalid(
                 "mesh",
@@ -264,12 +274,35 @@ mod tests {
             error.contains("listen") && error.contains("[tls]"),
             "{error}"
         );
-        Config {
+        // Behind a sidecar, callers are told apart only by its forwarded certificate:
+        // without [mesh] every caller would be the same unauthenticated one.
+        let unknown = Config {
             allow_plaintext: true,
             ..open.clone()
         }
         .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            unknown.contains("allow_plaintext") && unknown.contains("[mesh]"),
+            "{unknown}"
+        );
+        Config {
+            allow_plaintext: true,
+            mesh: Some(crate::identity::MeshConfig {
+                sidecars: vec!["127.0.0.1".parse().unwrap()],
+                header: "x-forwarded-client-cert".into(),
+            }),
+            ..open.clone()
+        }
+        .validate()
         .unwrap();
+        Config {
+            allow_plaintext: true,
+            ..Config::default()
+        }
+        .validate()
+        .expect("on loopback, plaintext needs nothing");
         Config {
             tls: Some(sigcast_runtime::tls::TlsConfig {
                 cert: "c".into(),

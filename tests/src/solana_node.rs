@@ -234,6 +234,13 @@ fn pubkey_param(params: &Value, index: usize) -> Result<Pubkey, (i64, String)> {
 fn handle(chain: &mut Chain, method: &str, params: &Value) -> RpcResult {
     match method {
         "getSlot" | "getBlockHeight" => Ok(json!(chain.slot)),
+        "getEpochInfo" => Ok(json!({
+            "absoluteSlot": chain.slot,
+            "blockHeight": chain.slot,
+            "epoch": 0,
+            "slotIndex": chain.slot,
+            "slotsInEpoch": 432_000,
+        })),
         "getGenesisHash" => Ok(json!(chain.genesis.to_string())),
         "minimumLedgerSlot" | "getFirstAvailableBlock" => Ok(json!(chain.first_available_slot)),
         "getLatestBlockhash" => {

@@ -143,7 +143,7 @@ fn by_number(method: &str, params: &Value) -> bool {
 /// How long a read's answer may be reused within a pass, if at all.
 fn reusable_for(method: &str, params: &Value) -> Option<std::time::Duration> {
     match method {
-        "eth_blockNumber" | "getBlockHeight" => Some(HEAD_FOR),
+        "eth_blockNumber" | "getBlockHeight" | "getEpochInfo" => Some(HEAD_FOR),
         "eth_getBlockByNumber" | "eth_getTransactionCount" if at_latest(params) => Some(HEAD_FOR),
         "eth_getBlockByNumber"
         | "eth_getBlockByHash"

@@ -108,6 +108,9 @@ pub enum Why {
     /// Solana: the nonce account was read at a slot before the signature's, so a value other
     /// than the signed one may be an older value, not a newer.
     NonceReadBeforeSigning,
+    /// Solana: the statuses were answered by a node that had not reached the slot the expiry
+    /// (or the nonce's advance) was read at: their absence proves nothing of what landed.
+    StatusesBehind,
     /// A replacement would not help: the nonce waits behind an earlier one of the account.
     BehindEarlierNonce,
     /// The operation has no attempt to send (a record this version does not expect).
@@ -136,6 +139,9 @@ impl fmt::Display for Why {
             }
             Self::NonceReadBeforeSigning => {
                 f.write_str("the nonce account was read before the signing slot")
+            }
+            Self::StatusesBehind => {
+                f.write_str("the statuses were read from a node behind the expiry's slot")
             }
             Self::BehindEarlierNonce => f.write_str("waiting behind an earlier nonce"),
             Self::NoAttempt => f.write_str("no attempt recorded"),

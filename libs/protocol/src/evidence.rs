@@ -102,6 +102,8 @@ pub struct SolanaView {
     pub commitment: Commitment,
     /// The block height at `commitment`.
     pub block_height: Option<u64>,
+    /// The slot `block_height` is of (read with it, `getEpochInfo`).
+    pub height_slot: Option<u64>,
     /// The oldest slot the endpoint's history reaches (the later of `minimumLedgerSlot` and
     /// `getFirstAvailableBlock`), read after `statuses`: statuses of transactions before it
     /// may be forgotten, also while they were being read.
@@ -117,6 +119,11 @@ pub struct SolanaView {
     /// height and the nonce account, searching the whole history. `None` unless the endpoint answered
     /// exactly one entry per signature asked.
     pub statuses: Option<Vec<Option<SignatureStatus>>>,
+    /// The slot the node that answered `statuses` had reached (its answer's context). A node
+    /// that had not reached the slot the expiry or the advance was read at may not know of a
+    /// landing before it, and behind one URL (a load balancer) the statuses may come from
+    /// another node than the height.
+    pub statuses_slot: Option<u64>,
 }
 
 /// Everything read for one decision.

@@ -1,7 +1,8 @@
 //! Decisions for a Solana operation in flight: settle from a signature's status at the
 //! configured commitment; declare that nothing can land only from one endpoint that shows,
 //! finalized, the blockhash expired (or the durable nonce advanced), with a history reaching
-//! back to the signing slot and exactly one empty status per signature asked.
+//! back to the signing slot and exactly one empty status per signature asked, answered by a
+//! node that had reached the slot of that expiry.
 
 use crate::record::{has_self_transfer, reason_of, reasons};
 use crate::{Action, Commitment, Replacement, Rules, Settlement, SignatureStatus, SolanaView, Why};
@@ -74,6 +75,16 @@ pub fn lifetime(op: &pb::Operation, view: &SolanaView, now: SystemTime) -> Lifet
     match view.first_available_slot {
         Some(first) if first <= signing.signing_slot => {}
         _ => return Lifetime::Unknown(Why::HistoryTooShort),
+    }
+    // A landing comes before the expiry (or is the advance): the node whose statuses are
+    // empty must have reached the slot that was read at, or it may not have seen it.
+    let proven_at = match uses_durable_nonce(signing) {
+        true => view.nonce_slot,
+        false => view.height_slot,
+    };
+    match (view.statuses_slot, proven_at) {
+        (Some(statuses), Some(at)) if statuses >= at => {}
+        _ => return Lifetime::Unknown(Why::StatusesBehind),
     }
     Lifetime::Over(pb::Evidence {
         endpoint: view.endpoint.clone(),

@@ -826,10 +826,12 @@ fn solana_view(height: u64, statuses: Vec<Option<SignatureStatus>>) -> SolanaVie
         endpoint: "http://sol:1".into(),
         commitment: Commitment::Finalized,
         block_height: Some(height),
+        height_slot: Some(height + 20),
         first_available_slot: Some(0),
         nonce_value: None,
         nonce_slot: Some(1_000),
         statuses: Some(statuses),
+        statuses_slot: Some(1_000),
     }
 }
 
@@ -1030,24 +1032,32 @@ fn nothing_unread_null_or_pruned_ever_settles() {
         for height in [None, Some(150), Some(201)] {
             for first in [None, Some(0), Some(51)] {
                 for nonce in [None, Some(None), Some(Some("Hash2".to_owned()))] {
-                    for statuses in [None, Some(vec![None]), Some(vec![None, None])] {
-                        // A blockhash's expiry rests on the height, a nonce's on its value.
-                        let lifetime_read = if nonce_account.is_empty() {
-                            height.is_some()
+                    for (statuses, statuses_slot) in
+                        [None, Some(vec![None]), Some(vec![None, None])]
+                            .into_iter()
+                            .flat_map(|s| [None, Some(100), Some(1_000)].map(|at| (s.clone(), at)))
+                    {
+                        // A blockhash's expiry rests on the height, a nonce's on its value, each
+                        // read at a slot the statuses' node must have reached.
+                        let (lifetime_read, proven_at) = if nonce_account.is_empty() {
+                            (height.is_some(), height.map(|h| h + 20))
                         } else {
-                            matches!(nonce, Some(Some(_)))
+                            (matches!(nonce, Some(Some(_))), Some(100))
                         };
                         let complete = lifetime_read
                             && first == Some(0)
-                            && statuses.as_ref().is_some_and(|s| s.len() == 2);
+                            && statuses.as_ref().is_some_and(|s| s.len() == 2)
+                            && statuses_slot >= proven_at;
                         let view = SolanaView {
                             endpoint: "http://sol:1".into(),
                             commitment: Commitment::Finalized,
                             block_height: height,
+                            height_slot: height.map(|h| h + 20),
                             first_available_slot: first,
                             nonce_value: nonce.clone(),
                             nonce_slot: Some(100),
                             statuses,
+                            statuses_slot,
                         };
                         let action = decide(&op, &Evidence::Solana(vec![view]), at(50), &rules());
                         if !complete {
@@ -1348,4 +1358,48 @@ fn names_in_logs_and_metrics_are_stable() {
         Evidence::Solana(vec![solana_view(1, vec![])]).endpoints_read(),
         1
     );
+}
+
+#[test]
+fn an_expiry_is_proven_only_by_statuses_of_a_node_that_had_reached_it() {
+    // Behind one URL, the height (past the last valid one) came from a node ahead, the empty
+    // statuses from a node behind the slot the transaction landed at (review, fourteenth
+    // session): re-signing on them would send the transfer twice.
+    let op = solana_op("", 1);
+    let view = |statuses_slot| SolanaView {
+        height_slot: Some(260),
+        statuses_slot,
+        ..solana_view(201, vec![None])
+    };
+    for behind in [Some(100), Some(259), None] {
+        assert_eq!(
+            solana::lifetime(&op, &view(behind), at(10)),
+            solana::Lifetime::Unknown(Why::StatusesBehind),
+            "statuses at {behind:?}"
+        );
+        assert_eq!(
+            decide(&op, &Evidence::Solana(vec![view(behind)]), at(10), &rules()),
+            Action::ReadMore(Why::StatusesBehind)
+        );
+    }
+    assert!(matches!(
+        solana::lifetime(&op, &view(Some(260)), at(10)),
+        solana::Lifetime::Over(_)
+    ));
+    // A durable nonce's advance is proven at the slot its account was read at.
+    let nonce_op = solana_op("NonceAcct", 1);
+    let advanced = |statuses_slot| SolanaView {
+        nonce_value: Some(Some("Hash9".into())),
+        nonce_slot: Some(300),
+        statuses_slot,
+        ..solana_view(201, vec![None])
+    };
+    assert_eq!(
+        solana::lifetime(&nonce_op, &advanced(Some(299)), at(10)),
+        solana::Lifetime::Unknown(Why::StatusesBehind)
+    );
+    assert!(matches!(
+        solana::lifetime(&nonce_op, &advanced(Some(300)), at(10)),
+        solana::Lifetime::Over(_)
+    ));
 }

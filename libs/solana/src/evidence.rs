@@ -1,6 +1,7 @@
 //! Reading what one endpoint shows of an operation's signatures, at an explicit commitment:
-//! its finalized block height and its durable-nonce account, then the status of every
-//! signature (so a transaction that landed before those reads shows in this one), then, last,
+//! its finalized block height (with its slot) and its durable-nonce account, then the status
+//! of every signature with the slot its node had reached (a transaction that landed before
+//! those reads shows in this one if that node had reached their slot), then, last,
 //! how far back its history reaches (a node only prunes forward: the first slot it keeps after
 //! the statuses were read bounds what it had forgotten while reading them).
 
@@ -97,14 +98,21 @@ pub async fn read_view(
     signatures: &[String],
     nonce_account: Option<&[u8; 32]>,
 ) -> SolanaView {
-    let block_height = endpoint
+    // The height with its slot: the statuses must be of a node that had reached it.
+    let epoch = endpoint
         .request(
-            "getBlockHeight",
+            "getEpochInfo",
             json!([{ "commitment": PROOF_COMMITMENT.as_str() }]),
         )
         .await
-        .ok()
-        .and_then(|v| v.as_u64());
+        .ok();
+    let field = |name: &str| {
+        epoch
+            .as_ref()
+            .and_then(|e| e.get(name))
+            .and_then(Value::as_u64)
+    };
+    let (block_height, height_slot) = (field("blockHeight"), field("absoluteSlot"));
     let (nonce_value, nonce_slot) = match nonce_account {
         Some(account) => match nonce_value(endpoint, account).await {
             Ok((value, slot)) => (Some(value), Some(slot)),
@@ -112,14 +120,19 @@ pub async fn read_view(
         },
         None => (None, None),
     };
-    let statuses = endpoint
+    let answer = endpoint
         .request(
             "getSignatureStatuses",
             json!([signatures, { "searchTransactionHistory": true }]),
         )
         .await
-        .ok()
-        .and_then(|value| parse_statuses(&value, signatures.len()));
+        .ok();
+    let statuses = answer
+        .as_ref()
+        .and_then(|value| parse_statuses(value, signatures.len()));
+    let statuses_slot = answer
+        .as_ref()
+        .and_then(|value| value.get("context")?.get("slot")?.as_u64());
     // Read last: read first, it would say nothing of what was pruned during the status read
     // (found by the simulation: a landed transfer's status gone, the operation CANCELLED).
     let first_available_slot = first_available_slot(endpoint).await;
@@ -127,10 +140,12 @@ pub async fn read_view(
         endpoint: endpoint.label().to_owned(),
         commitment: PROOF_COMMITMENT,
         block_height,
+        height_slot,
         first_available_slot,
         nonce_value,
         nonce_slot,
         statuses,
+        statuses_slot,
     }
 }
 
@@ -243,6 +258,54 @@ mod tests {
                 "the first slot kept, as the node answered after this view's statuses"
             );
         }
+    }
+
+    /// One URL in front of two nodes (a load balancer): the height and the history bound
+    /// from a node at slot 520, past the transaction's last valid height; the statuses from a
+    /// node still at slot 100, before the slot the transaction landed at.
+    struct Balanced;
+
+    impl Endpoint for Balanced {
+        fn label(&self) -> &str {
+            "http://balanced:8899"
+        }
+
+        async fn request(&self, method: &str, _params: Value) -> Result<Value, RpcError> {
+            Ok(match method {
+                "minimumLedgerSlot" | "getFirstAvailableBlock" => json!(0),
+                "getBlockHeight" => json!(500),
+                "getEpochInfo" => json!({ "absoluteSlot": 520, "blockHeight": 500 }),
+                "getSignatureStatuses" => json!({ "context": { "slot": 100 }, "value": [null] }),
+                _ => Value::Null,
+            })
+        }
+    }
+
+    #[test]
+    fn statuses_of_a_node_behind_the_expiry_prove_nothing() {
+        // Signed at slot 90, valid through height 150, landed at slot 140 on the node ahead.
+        use sigcast_proto::pb;
+        let op = pb::Operation {
+            chain: "solana:localnet".into(),
+            signing: Some(pb::operation::Signing::Solana(pb::SolanaSigning {
+                blockhash: "Hash1".into(),
+                last_valid_block_height: 150,
+                nonce_account: String::new(),
+                signing_slot: 90,
+            })),
+            attempts: vec![pb::Attempt {
+                number: 1,
+                tx_id: "Sig1".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let view = ready(read_view(&Balanced, &["Sig1".to_owned()], None));
+        let lifetime = sigcast_protocol::solana::lifetime(&op, &view, std::time::SystemTime::now());
+        assert!(
+            !matches!(lifetime, sigcast_protocol::solana::Lifetime::Over(_)),
+            "{lifetime:?} from {view:?}"
+        );
     }
 
     #[test]

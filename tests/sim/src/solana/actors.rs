@@ -119,7 +119,11 @@ async fn read_view(
     }
     match world.settings.tamper {
         Tamper::TrustPrunedHistory => view.first_available_slot = Some(0),
-        Tamper::IgnoreNonceSlot => view.nonce_slot = view.nonce_slot.map(|_| u64::MAX),
+        // The nonce read as if at the statuses' slot: past any signing slot, and not past the
+        // statuses (whose own check is not what this breaks).
+        Tamper::IgnoreNonceSlot => {
+            view.nonce_slot = view.nonce_slot.and(view.statuses_slot.or(Some(u64::MAX)))
+        }
         Tamper::ShortStatuses if view.statuses.is_none() => {
             // The list as answered, the missing entries read as "unknown". Asked of the node
             // itself: the pass's cache refuses a list that does not hold one entry per
@@ -137,6 +141,7 @@ async fn read_view(
                 {
                     statuses.resize(signatures.len(), None);
                     view.statuses = Some(statuses);
+                    view.statuses_slot = answer["context"]["slot"].as_u64();
                 }
             }
         }

@@ -133,6 +133,10 @@ impl SolNode {
                 Ok(json!(self.first_available_slot()))
             }
             "getBlockHeight" => Ok(json!(self.at(&commitment(0)).height)),
+            "getEpochInfo" => {
+                let block = self.at(&commitment(0));
+                Ok(json!({ "absoluteSlot": block.slot, "blockHeight": block.height }))
+            }
             "getLatestBlockhash" => {
                 let block = self.at(&commitment(0));
                 Ok(json!({ "context": context, "value": {

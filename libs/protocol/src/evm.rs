@@ -59,6 +59,11 @@ pub(crate) fn decide_sent(
             Some((_, first)) if !first.tx.eq_ignore_ascii_case(&landed.tx) => {
                 return Action::Wait(Why::Conflicting);
             }
+            // The same transaction: settled from a view that read its receipt (a node that
+            // pruned receipts shows the landing without its outcome, every pass).
+            Some((_, first)) if first.success.is_none() && landed.success.is_some() => {
+                settled = Some((view, landed));
+            }
             Some(_) => {}
             None => settled = Some((view, landed)),
         }

@@ -1403,3 +1403,25 @@ fn an_expiry_is_proven_only_by_statuses_of_a_node_that_had_reached_it() {
         solana::Lifetime::Over(_)
     ));
 }
+
+#[test]
+fn a_landing_without_its_receipt_is_settled_from_a_view_that_read_it() {
+    // The first endpoint identified the transaction deep but pruned its receipts; the second
+    // read the receipt. Settled from the second, not ReceiptMissing at every pass (review,
+    // fourteenth session).
+    let op = evm_op(vec![accepted(1, 0)]);
+    let mut pruned = view("http://pruned:1", 102, Some(8), Some(&tx(1)));
+    pruned.landed.as_mut().unwrap().success = None;
+    let archive = view("http://archive:1", 102, Some(8), Some(&tx(1)));
+    assert_eq!(
+        decide(&op, &evm(vec![pruned.clone()]), at(11), &rules()),
+        Action::ReadMore(Why::ReceiptMissing)
+    );
+    let both = decide(&op, &evm(vec![pruned, archive]), at(11), &rules());
+    let settlement = settled(&both);
+    assert_eq!(settlement.state, OperationState::Confirmed);
+    assert_eq!(
+        settlement.evidence.as_ref().map(|e| e.endpoint.as_str()),
+        Some("http://archive:1")
+    );
+}

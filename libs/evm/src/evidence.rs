@@ -633,7 +633,9 @@ pub async fn read_view(
         else {
             continue;
         };
-        let Some(receipt) = parse_receipt(&value) else {
+        // A receipt of another transaction (a proxy's or a cache's mix-up) is no evidence of
+        // ours, and taken for what used our nonce it would settle the operation.
+        let Some(receipt) = parse_receipt(&value).filter(|r| r.tx_hash == *hash) else {
             continue;
         };
         let canonical_hash = canonical_hash(endpoint, receipt.block_number).await;
@@ -818,7 +820,7 @@ async fn in_block(
         .await
         .ok()
         .and_then(|value| parse_receipt(&value))
-        .filter(|r| r.block_hash.to_string() == block.hash)
+        .filter(|r| r.block_hash.to_string() == block.hash && r.tx_hash == hash)
         .map(|r| r.success);
     Ok(Some(EvmLanded {
         tx: hash.to_string(),
@@ -950,6 +952,9 @@ mod tests {
         /// Whether, once `reorged`, it still answers ours's receipt from the old block 9 (a
         /// receipt index behind its chain).
         stale_receipts: bool,
+        /// Whether it answers a receipt of another transaction whatever hash is asked for (a
+        /// proxy's or a cache's mix-up).
+        mixed_receipts: bool,
     }
 
     impl Loaded {
@@ -964,6 +969,7 @@ mod tests {
                 by_hash_from: 0,
                 ours_status: "0x1",
                 stale_receipts: false,
+                mixed_receipts: false,
             }
         }
 
@@ -1053,6 +1059,9 @@ mod tests {
                     receipt(self.ours, &block_hash(9))
                 }
                 "eth_getTransactionReceipt" if self.reorged() => Value::Null,
+                "eth_getTransactionReceipt" if self.mixed_receipts => {
+                    receipt(tx("99"), &self.hash(9))
+                }
                 "eth_getTransactionReceipt" => receipt(self.ours, &self.hash(9)),
                 "eth_getTransactionByHash" => Value::Null,
                 other => unreachable!("{other}"),
@@ -1726,5 +1735,22 @@ mod tests {
                 "head {head}: an index shallowly ahead of receipts is taken, deep down the block decides"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_receipt_of_another_transaction_is_no_evidence_of_ours() {
+        // Asked for ours, the node answers another transaction's receipt: taken for what used
+        // our nonce, it would settle the operation REJECTED while ours may land (review,
+        // fourteenth session). Ours is found in its block instead.
+        let node = Loaded {
+            mixed_receipts: true,
+            ..Loaded::new(Lists::Unsupported)
+        };
+        let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[tx("ab")], None)
+            .await
+            .unwrap();
+        let landed = view.landed.expect("ours, from its block");
+        assert_eq!(landed.tx, tx("ab").to_string());
+        assert_eq!(landed.success, None, "its receipt was never answered");
     }
 }

@@ -48,6 +48,9 @@ pub enum Tamper {
     /// Solana: an endpoint's first slot kept read before the statuses, not after (the
     /// pruned-during-the-read defect the simulation found).
     HistoryReadFirst,
+    /// Solana: the statuses taken whatever slot their node had reached (the load-balancer
+    /// defect: empty statuses from a node behind the landing, the height from one ahead).
+    IgnoreStatusesSlot,
     /// EVM: the signer skips another sender's nonce as soon as the head shows it used, not
     /// at the confirmation depth (the reorged-gap defect the simulation found).
     LatestNonce,
@@ -68,7 +71,7 @@ pub enum Tamper {
 
 impl Tamper {
     /// Every tamper, by its command-line name.
-    pub const ALL: [(&str, Tamper); 16] = [
+    pub const ALL: [(&str, Tamper); 17] = [
         ("none", Tamper::None),
         ("null-receipt-rejects", Tamper::NullReceiptRejects),
         ("ignore-revision", Tamper::IgnoreRevision),
@@ -80,6 +83,7 @@ impl Tamper {
         ("cancel-resends", Tamper::CancelResends),
         ("ignore-nonce-slot", Tamper::IgnoreNonceSlot),
         ("history-read-first", Tamper::HistoryReadFirst),
+        ("ignore-statuses-slot", Tamper::IgnoreStatusesSlot),
         ("latest-nonce", Tamper::LatestNonce),
         ("commit-refusals", Tamper::CommitRefusals),
         ("list-by-op-id", Tamper::ListByOpId),

@@ -127,6 +127,7 @@ fn solana_proofs_the_product_refuses_are_caught_within_the_budget() {
         (Tamper::TrustPrunedHistory, &second[..]),
         (Tamper::ShortStatuses, &second[..]),
         (Tamper::IgnoreNonceSlot, &second[..]),
+        (Tamper::IgnoreStatusesSlot, &second[..]),
         (Tamper::CancelResends, &sent_after_cancel[..]),
     ] {
         let (seed, violation) = caught_on_solana(tamper)

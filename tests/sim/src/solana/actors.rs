@@ -119,6 +119,7 @@ async fn read_view(
     }
     match world.settings.tamper {
         Tamper::TrustPrunedHistory => view.first_available_slot = Some(0),
+        Tamper::IgnoreStatusesSlot => view.statuses_slot = Some(u64::MAX),
         // The nonce read as if at the statuses' slot: past any signing slot, and not past the
         // statuses (whose own check is not what this breaks).
         Tamper::IgnoreNonceSlot => {

@@ -32,6 +32,10 @@ pub(crate) struct SolFaults {
     pub(crate) statuses_behind: usize,
     /// Answers one status fewer than asked.
     pub(crate) short_statuses: bool,
+    /// Behind its one URL (a load balancer), its statuses come from another node this many
+    /// blocks behind, at times past the finality depth; that node's answer says how far it
+    /// got (its context slot).
+    pub(crate) balanced_behind: usize,
     /// Does not support `minimumLedgerSlot` (answers only `getFirstAvailableBlock`).
     pub(crate) no_minimum_ledger_slot: bool,
     /// Share of sends lost before they reach the leaders.
@@ -82,12 +86,15 @@ impl SolNode {
         self.pruned_to
     }
 
+    /// How many of its blocks the node answering statuses has indexed.
+    fn statuses_indexed(&self) -> usize {
+        let behind = self.faults.statuses_behind.max(self.faults.balanced_behind);
+        self.blocks.len().saturating_sub(behind).max(1)
+    }
+
     fn status(&self, signature: &str) -> Value {
         let first = self.first_available_slot();
-        let indexed = self
-            .blocks
-            .len()
-            .saturating_sub(self.faults.statuses_behind);
+        let indexed = self.statuses_indexed();
         let confirmed = self.at("confirmed").slot;
         let finalized = self.at("finalized").slot;
         for block in &self.blocks[..indexed] {
@@ -179,6 +186,12 @@ impl SolNode {
                 if self.faults.short_statuses {
                     statuses.pop();
                 }
+                // The node behind the balancer says the slot it had reached; a node whose
+                // index lags says its own tip.
+                let context = match self.faults.balanced_behind {
+                    0 => context,
+                    _ => json!({ "slot": self.blocks[self.statuses_indexed() - 1].slot }),
+                };
                 Ok(json!({ "context": context, "value": statuses }))
             }
             other => Err(format!("Method not found: {other}")),

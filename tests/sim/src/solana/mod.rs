@@ -66,6 +66,8 @@ pub struct SolanaSettings {
     pub outside_advances: bool,
     /// The unconfirmed tip is abandoned now and then.
     pub forks: bool,
+    /// Endpoints may answer statuses from another node behind their URL, far behind.
+    pub balanced_statuses: bool,
     /// A broken decision, if any.
     pub tamper: Tamper,
 }
@@ -75,6 +77,9 @@ impl SolanaSettings {
     pub fn draw(seed: u64) -> Self {
         let (mut settings, mut rng) = Self::draw_up_to_two_replicas(seed);
         crate::draw_third_replicas(&mut rng, &mut settings.signers, &mut settings.broadcasters);
+        // Drawn after everything a seed drew before, so the seeds found before it (and
+        // replayed `as_found`) run as they did.
+        settings.balanced_statuses = rng.gen_bool(0.5);
         settings
     }
 
@@ -117,6 +122,7 @@ impl SolanaSettings {
             unknown_commits: if rng.gen_bool(0.5) { 0.05 } else { 0.0 },
             outside_advances: rng.gen_bool(0.4),
             forks: rng.gen_bool(0.5),
+            balanced_statuses: false,
             tamper: Tamper::None,
         };
         (settings, rng)
@@ -348,6 +354,11 @@ async fn chaos(world: Rc<SolWorld>, mut rng: StdRng) {
                 0
             },
             short_statuses: rng.gen_bool(0.15),
+            balanced_behind: if world.settings.balanced_statuses && rng.gen_bool(0.15) {
+                rng.gen_range(1..3 * cluster::FINAL_DEPTH)
+            } else {
+                0
+            },
             no_minimum_ledger_slot: rng.gen_bool(0.2),
             lose_before: if rng.gen_bool(0.3) { 0.3 } else { 0.0 },
             lose_after: if rng.gen_bool(0.3) { 0.3 } else { 0.0 },

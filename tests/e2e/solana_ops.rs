@@ -315,6 +315,71 @@ async fn a_transaction_that_fails_on_chain_is_confirmed_with_the_failure_and_not
 }
 
 /// CONFIRMED by its second signature, made after proof that the first could never land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_re_sign_the_signer_refuses_after_a_proven_expiry_rejects_the_operation_on_the_proof() {
+    // The first signature's blockhash dies during an outage; meanwhile the key's policy
+    // changed (or the rules did, with an upgrade), and the signer refuses the re-sign. The
+    // proof shows nothing landed or can: REJECTED, not a refusal asked again every pass.
+    let node = SolanaNode::start(Duration::from_millis(20)).await;
+    let proxy = sigcast_e2e::FaultProxy::start(node.addr, 0.0, 0, Duration::ZERO).await;
+    let mut stack = Stack::start(StackOptions {
+        accounts: 1,
+        solana_rpc: Some(node.url.clone()),
+        solana_broadcaster_rpc: Some(proxy.url.clone()),
+        solana_accounts: 1,
+        ..Default::default()
+    })
+    .await;
+    let from = stack.solana_accounts[0].clone();
+    node.airdrop(key_bytes(&from), 10 * SOL);
+    node.airdrop(key_bytes(&recipient(0)), SOL);
+
+    proxy.set_down(true);
+    let mut client = stack.client().await;
+    client
+        .submit_operation(sol_transfer("refused-resign", &from, &recipient(0), 4_321))
+        .await
+        .unwrap();
+    let signed = wait_state(&stack, "refused-resign", |op| !op.attempts.is_empty()).await;
+    let Some(pb::operation::Signing::Solana(first)) = signed.signing.clone() else {
+        panic!("{signed:?}")
+    };
+    stack.add_signer_settings(
+        0,
+        "[[policies]]\naccount = \"*\"\nmax_lamports = \"1000\"\n",
+    );
+    stack.signers[0].restart().await;
+    while node.slot() <= first.last_valid_block_height + 20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    proxy.set_down(false);
+
+    let done = wait_terminal(&stack, &["refused-resign".into()], Duration::from_secs(60)).await;
+    let op = &done["refused-resign"];
+    assert_eq!(
+        op.state(),
+        pb::OperationState::Rejected,
+        "{op:?}\n{}",
+        stack.logs()
+    );
+    let error = op.error.as_ref().unwrap();
+    assert_eq!(error.reason, "SIGNER_REFUSED");
+    assert!(error.message.contains("max_lamports"), "{}", error.message);
+    let evidence = op.evidence.as_ref().expect("the proof it rests on");
+    assert_eq!(
+        evidence.last_valid_block_height,
+        first.last_valid_block_height
+    );
+    assert!(
+        evidence.head > first.last_valid_block_height,
+        "{evidence:?}"
+    );
+    assert_eq!(op.attempts.len(), 1, "nothing re-signed");
+    let pool = RpcPool::new(std::slice::from_ref(&node.url), Duration::from_secs(5)).unwrap();
+    assert_eq!(balance(&pool, &recipient(0)).await, SOL, "nothing paid");
+    assert_eq!(balance(&pool, &from).await, 10 * SOL, "no fee either");
+}
+
 pub(crate) fn assert_confirmed_by_one_resign(stack: &Stack, op: &pb::Operation) {
     assert_eq!(
         op.state(),

@@ -178,6 +178,27 @@ pub(crate) fn decide_sent(
     crate::evm::resend_when_due(newest, now, rules)
 }
 
+/// What a re-sign the signer refuses for good (the key's policy, or no key) settles: REJECTED,
+/// on the proof that decided the re-sign. It shows nothing of the operation landed or can, and
+/// nothing new will be signed: asked again, the signer would refuse again at every pass.
+pub fn resign_refused(op: &pb::Operation, proof: pb::Evidence, refusal: &str) -> Settlement {
+    let over = signing_of(op).map_or_else(String::new, |signing| over_words(signing, &proof));
+    Settlement {
+        state: OperationState::Rejected,
+        result: None,
+        error: Some(pb::OperationError {
+            reason: reasons::SIGNER_REFUSED.into(),
+            message: format!(
+                "{} shows, finalized, {over} and none of its {} signatures: nothing of it can \
+                 land, and the signer refused to sign it again: {refusal}",
+                proof.endpoint,
+                op.attempts.len()
+            ),
+        }),
+        evidence: Some(proof),
+    }
+}
+
 fn over_words(signing: &pb::SolanaSigning, evidence: &pb::Evidence) -> String {
     if uses_durable_nonce(signing) {
         format!(

@@ -1425,3 +1425,27 @@ fn a_landing_without_its_receipt_is_settled_from_a_view_that_read_it() {
         Some("http://archive:1")
     );
 }
+
+#[test]
+fn a_re_sign_refused_for_good_is_rejected_on_its_proof() {
+    let op = solana_op("", 1);
+    let Action::Resign(proof) = decide(
+        &op,
+        &Evidence::Solana(vec![solana_view(201, vec![None])]),
+        at(10),
+        &rules(),
+    ) else {
+        panic!("past its last valid height, every status empty: a re-sign")
+    };
+    let settlement =
+        solana::resign_refused(&op, proof.clone(), "4321 lamports exceed max_lamports");
+    assert_eq!(settlement.state, OperationState::Rejected);
+    assert_eq!(settlement.evidence, Some(proof));
+    let error = settlement.error.unwrap();
+    assert_eq!(error.reason, reasons::SIGNER_REFUSED);
+    assert!(
+        error.message.contains("max_lamports") && error.message.contains("past the last valid 200"),
+        "{}",
+        error.message
+    );
+}

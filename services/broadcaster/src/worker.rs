@@ -552,6 +552,12 @@ impl Worker {
                         self.send_new_attempt(&op.op_id, attempt).await
                     }
                     Ok(_) => {}
+                    Err(Refusal::Operation(reason)) => {
+                        tracing::warn!(sigcast.op_id = %op.op_id, %reason, "signer refused the re-sign; rejecting the operation on the proof");
+                        let settlement =
+                            sigcast_protocol::solana::resign_refused(&op, proof, &reason);
+                        self.settle(&op, settlement).await;
+                    }
                     Err(refusal) => {
                         tracing::warn!(sigcast.op_id = %op.op_id, ?refusal, "re-sign refused; will retry")
                     }

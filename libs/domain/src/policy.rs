@@ -81,15 +81,15 @@ impl KeyPolicy {
     /// `0x` + 8 hex digits, a window limit needs a window.
     pub fn validate(&self) -> Result<(), String> {
         // A typo would leave the key it meant governed by no policy at all.
-        let parses = if self.account.starts_with("0x") {
-            crate::EvmAddress::parse(&self.account).is_ok()
+        let parsed = if self.account.starts_with("0x") {
+            crate::EvmAddress::parse(&self.account).map(|_| ())
         } else {
-            SolanaPubkey::parse(&self.account).is_ok()
+            SolanaPubkey::parse(&self.account).map(|_| ())
         };
-        if self.account != "*" && !parses {
+        if let (false, Err(rule)) = (self.account == "*", parsed) {
             return Err(format!(
                 "policy for {:?}: account must be an EVM address (0x…), a Solana key (base58) \
-                 or \"*\"",
+                 or \"*\": {rule}",
                 self.account
             ));
         }
@@ -914,6 +914,13 @@ mod tests {
             let refused = policy.validate().unwrap_err();
             assert!(refused.contains("account"), "{account:?}: {refused}");
         }
+        // A checksum typo (one letter's case) says so.
+        let typo = KeyPolicy {
+            account: A.replacen('F', "f", 1),
+            ..Default::default()
+        };
+        let refused = typo.validate().unwrap_err();
+        assert!(refused.contains("checksum"), "{refused}");
     }
 
     #[test]

@@ -262,8 +262,8 @@ mod tests {
 
     /// One URL in front of two nodes (a load balancer): the height and the history bound
     /// from a node at slot 520, past the transaction's last valid height; the statuses from a
-    /// node still at slot 100, before the slot the transaction landed at.
-    struct Balanced;
+    /// node that had reached the slot it says.
+    struct Balanced(u64);
 
     impl Endpoint for Balanced {
         fn label(&self) -> &str {
@@ -275,7 +275,9 @@ mod tests {
                 "minimumLedgerSlot" | "getFirstAvailableBlock" => json!(0),
                 "getBlockHeight" => json!(500),
                 "getEpochInfo" => json!({ "absoluteSlot": 520, "blockHeight": 500 }),
-                "getSignatureStatuses" => json!({ "context": { "slot": 100 }, "value": [null] }),
+                "getSignatureStatuses" => {
+                    json!({ "context": { "slot": self.0 }, "value": [null] })
+                }
                 _ => Value::Null,
             })
         }
@@ -300,11 +302,20 @@ mod tests {
             }],
             ..Default::default()
         };
-        let view = ready(read_view(&Balanced, &["Sig1".to_owned()], None));
-        let lifetime = sigcast_protocol::solana::lifetime(&op, &view, std::time::SystemTime::now());
+        use sigcast_protocol::solana::{Lifetime, lifetime};
+        let now = std::time::SystemTime::now();
+        // Still at slot 100, before the landing.
+        let view = ready(read_view(&Balanced(100), &["Sig1".to_owned()], None));
+        assert_eq!(
+            lifetime(&op, &view, now),
+            Lifetime::Unknown(sigcast_protocol::Why::StatusesBehind),
+            "{view:?}"
+        );
+        // At the height's slot: its empty status is the proof.
+        let view = ready(read_view(&Balanced(520), &["Sig1".to_owned()], None));
         assert!(
-            !matches!(lifetime, sigcast_protocol::solana::Lifetime::Over(_)),
-            "{lifetime:?} from {view:?}"
+            matches!(lifetime(&op, &view, now), Lifetime::Over(_)),
+            "{view:?}"
         );
     }
 

@@ -53,6 +53,13 @@ impl RpcPool {
     }
 }
 
+impl PoolEndpoint<'_> {
+    /// Its place in the pool's configuration order.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+}
+
 impl Endpoint for PoolEndpoint<'_> {
     fn label(&self) -> &str {
         self.pool.label(self.index)

@@ -18,12 +18,17 @@ const MIN_HEDGE: Duration = Duration::from_millis(20);
 const MAX_HEDGE: Duration = Duration::from_millis(1_000);
 /// Hedge delay (and rank) of an endpoint with no latency measured yet.
 const FIRST_HEDGE: Duration = Duration::from_millis(150);
+/// Blocks an endpoint's head may be behind the highest of its chain's before it is ranked
+/// after every endpoint that is not: nodes a block or two apart are normal.
+const BEHIND_BLOCKS: u64 = 4;
 
 #[derive(Debug, Clone, Default)]
 struct Health {
     latency_ewma: Option<Duration>,
     consecutive_failures: u32,
     demoted_until: Option<Duration>,
+    /// Its head, last read, was more than [`BEHIND_BLOCKS`] behind the highest.
+    behind: bool,
 }
 
 impl Health {
@@ -50,18 +55,35 @@ impl Ranking {
         }
     }
 
-    /// Every endpoint's index, best first: healthy before demoted, then faster first (an
-    /// endpoint not measured yet counts as [`FIRST_HEDGE`]), ties in configuration order.
+    /// Every endpoint's index, best first: healthy before demoted, current before behind,
+    /// then faster first (an endpoint not measured yet counts as [`FIRST_HEDGE`]), ties in
+    /// configuration order.
     pub fn ranked(&self, now: Duration) -> Vec<usize> {
         let mut order: Vec<usize> = (0..self.health.len()).collect();
         order.sort_by_key(|&i| {
             let h = &self.health[i];
             (
                 h.demoted_until.is_some_and(|until| until > now),
+                h.behind,
                 h.latency_ewma.unwrap_or(FIRST_HEDGE),
             )
         });
         order
+    }
+
+    /// Each endpoint's head as just read (by index; `None`: it did not answer, which its
+    /// failures count). One far behind the highest goes after the others: a node that froze
+    /// still answers fast, and a pass that read it first would wait on its old chain (a
+    /// landing never deep enough, a nonce never used) while the others show the outcome.
+    pub fn record_heads(&mut self, heads: &[Option<u64>]) {
+        let Some(highest) = heads.iter().flatten().max().copied() else {
+            return;
+        };
+        for (health, head) in self.health.iter_mut().zip(heads) {
+            if let Some(head) = head {
+                health.behind = highest - head > BEHIND_BLOCKS;
+            }
+        }
     }
 
     /// A request to `endpoint` ended after `elapsed`: `answered` (a result, or a node's own
@@ -213,6 +235,26 @@ mod tests {
 
     const fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn an_endpoint_far_behind_is_read_after_the_others_until_it_catches_up() {
+        // The fastest endpoint froze: it still answers at once, from an old chain.
+        let mut ranking = Ranking::new(2);
+        let now = Duration::from_secs(1);
+        ranking.record(0, Duration::from_millis(5), true, now);
+        ranking.record(1, Duration::from_millis(50), true, now);
+        assert_eq!(ranking.ranked(now), [0, 1]);
+        ranking.record_heads(&[Some(100), Some(101)]);
+        assert_eq!(ranking.ranked(now), [0, 1], "a block apart is normal");
+        ranking.record_heads(&[Some(100), Some(100 + BEHIND_BLOCKS + 1)]);
+        assert_eq!(ranking.ranked(now), [1, 0]);
+        ranking.record_heads(&[None, Some(200)]);
+        assert_eq!(ranking.ranked(now), [1, 0], "no head read: as it was");
+        ranking.record_heads(&[Some(200), None]);
+        assert_eq!(ranking.ranked(now), [0, 1], "caught up");
+        ranking.record_heads(&[None, None]);
+        assert_eq!(ranking.ranked(now), [0, 1]);
     }
 
     #[test]

@@ -99,6 +99,12 @@ impl RpcPool {
         self.ranking().ranked(self.now())
     }
 
+    /// Each endpoint's head as just read, in configuration order (`None`: no answer): one
+    /// far behind the highest is ranked after the others (see [`Ranking::record_heads`]).
+    pub fn record_heads(&self, heads: &[Option<u64>]) {
+        self.ranking().record_heads(heads);
+    }
+
     fn ranking(&self) -> std::sync::MutexGuard<'_, Ranking> {
         self.ranking.lock().unwrap_or_else(|p| p.into_inner())
     }

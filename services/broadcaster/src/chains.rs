@@ -198,9 +198,21 @@ pub(crate) async fn read_heads(name: &str, chain: &Chain) -> bool {
         .await
         .ok()
         .flatten();
-        (endpoint.label().to_owned(), head)
+        (endpoint.label().to_owned(), endpoint.index(), head)
     }))
     .await;
+    // Reads go to an endpoint far behind only after the others.
+    let mut by_index = vec![None; endpoints.len()];
+    for (_, index, head) in &heads {
+        if let Some(slot) = by_index.get_mut(*index) {
+            *slot = *head;
+        }
+    }
+    chain.pool().record_heads(&by_index);
+    let heads: Vec<(String, Option<u64>)> = heads
+        .into_iter()
+        .map(|(label, _, head)| (label, head))
+        .collect();
     let highest = heads.iter().filter_map(|(_, head)| *head).max();
     let m = metrics::metrics();
     for (endpoint, head) in &heads {

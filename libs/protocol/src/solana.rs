@@ -96,6 +96,8 @@ pub fn lifetime(op: &pb::Operation, view: &SolanaView, now: SystemTime) -> Lifet
         nonce_value: view.nonce_value.clone().flatten().unwrap_or_default(),
         nonce_slot: view.nonce_slot.unwrap_or_default(),
         commitment: view.commitment.as_str().into(),
+        height_slot: view.height_slot.unwrap_or_default(),
+        statuses_slot: view.statuses_slot.unwrap_or_default(),
         ..Default::default()
     })
 }

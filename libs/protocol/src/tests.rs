@@ -1382,6 +1382,11 @@ fn an_expiry_is_proven_only_by_statuses_of_a_node_that_had_reached_it() {
             Action::ReadMore(Why::StatusesBehind)
         );
     }
+    let solana::Lifetime::Over(proof) = solana::lifetime(&op, &view(Some(300)), at(10)) else {
+        panic!("statuses of a node past the height's slot: the proof")
+    };
+    // The proof records both slots, for whoever audits it.
+    assert_eq!((proof.height_slot, proof.statuses_slot), (260, 300));
     assert!(matches!(
         solana::lifetime(&op, &view(Some(260)), at(10)),
         solana::Lifetime::Over(_)

@@ -187,7 +187,7 @@ class TerminalResult(_message.Message):
     def __init__(self, tx_id: _Optional[str] = ..., block_number: _Optional[int] = ..., block_hash: _Optional[str] = ..., execution_status: _Optional[_Union[ExecutionStatus, str]] = ...) -> None: ...
 
 class Evidence(_message.Message):
-    __slots__ = ("endpoint", "read_time", "head", "tx_id", "block_number", "block_hash", "last_valid_block_height", "first_available_slot", "signing_slot", "nonce_value", "commitment", "nonce_slot")
+    __slots__ = ("endpoint", "read_time", "head", "tx_id", "block_number", "block_hash", "last_valid_block_height", "first_available_slot", "signing_slot", "nonce_value", "commitment", "nonce_slot", "height_slot", "statuses_slot")
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     READ_TIME_FIELD_NUMBER: _ClassVar[int]
     HEAD_FIELD_NUMBER: _ClassVar[int]
@@ -200,6 +200,8 @@ class Evidence(_message.Message):
     NONCE_VALUE_FIELD_NUMBER: _ClassVar[int]
     COMMITMENT_FIELD_NUMBER: _ClassVar[int]
     NONCE_SLOT_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_SLOT_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_SLOT_FIELD_NUMBER: _ClassVar[int]
     endpoint: str
     read_time: _timestamp_pb2.Timestamp
     head: int
@@ -212,7 +214,9 @@ class Evidence(_message.Message):
     nonce_value: str
     commitment: str
     nonce_slot: int
-    def __init__(self, endpoint: _Optional[str] = ..., read_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., head: _Optional[int] = ..., tx_id: _Optional[str] = ..., block_number: _Optional[int] = ..., block_hash: _Optional[str] = ..., last_valid_block_height: _Optional[int] = ..., first_available_slot: _Optional[int] = ..., signing_slot: _Optional[int] = ..., nonce_value: _Optional[str] = ..., commitment: _Optional[str] = ..., nonce_slot: _Optional[int] = ...) -> None: ...
+    height_slot: int
+    statuses_slot: int
+    def __init__(self, endpoint: _Optional[str] = ..., read_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., head: _Optional[int] = ..., tx_id: _Optional[str] = ..., block_number: _Optional[int] = ..., block_hash: _Optional[str] = ..., last_valid_block_height: _Optional[int] = ..., first_available_slot: _Optional[int] = ..., signing_slot: _Optional[int] = ..., nonce_value: _Optional[str] = ..., commitment: _Optional[str] = ..., nonce_slot: _Optional[int] = ..., height_slot: _Optional[int] = ..., statuses_slot: _Optional[int] = ...) -> None: ...
 
 class OperationError(_message.Message):
     __slots__ = ("reason", "message")

@@ -603,6 +603,21 @@ export declare type Evidence = Message<"sigcast.v1.Evidence"> & {
    * @generated from field: uint64 nonce_slot = 12;
    */
   nonceSlot: bigint;
+
+  /**
+   * Solana: the slot of `head` (the finalized block height past `last_valid_block_height`).
+   *
+   * @generated from field: uint64 height_slot = 13;
+   */
+  heightSlot: bigint;
+
+  /**
+   * Solana: the slot the node that answered the empty statuses had reached, at or after the
+   * slot the expiry (`height_slot`) or the advance (`nonce_slot`) was read at.
+   *
+   * @generated from field: uint64 statuses_slot = 14;
+   */
+  statusesSlot: bigint;
 };
 
 /**

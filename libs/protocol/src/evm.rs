@@ -94,6 +94,16 @@ pub(crate) fn decide_sent(
     in_flight(op, nonce, freshest, now, rules)
 }
 
+/// Whether every send of every attempt of `op` was refused, the newest's last: nothing of
+/// the operation is in any pool, and only then may a self-transfer take its nonce (a gap
+/// fill). The signer signs a gap fill only on this record, read in its transaction.
+pub fn all_refused(op: &pb::Operation) -> bool {
+    op.attempts
+        .last()
+        .is_some_and(|newest| newest.outcome() == pb::AttemptOutcome::Rejected)
+        && op.attempts.iter().all(|a| !a.may_land)
+}
+
 /// Of the views that read the account's nonce, the one at the highest head: what an operation
 /// whose nonce is free on chain is decided on.
 fn freshest(views: &[EvmView]) -> Option<&EvmView> {
@@ -165,7 +175,7 @@ pub(crate) fn in_flight(
             }
             return Action::Replace(Replacement::FeeBump);
         }
-        if op.attempts.iter().all(|a| !a.may_land) {
+        if all_refused(op) {
             // Every send of every attempt was refused: nothing of the operation is in any
             // pool. A self-transfer takes the nonce so the account's later nonces proceed.
             return Action::Replace(Replacement::GapFill);

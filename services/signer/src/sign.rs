@@ -1158,6 +1158,9 @@ impl Signer {
         if kind == Replacement::Cancel && !op.cancel_requested {
             return Err(no_cancel_asked(&op));
         }
+        if kind == Replacement::GapFill && !sigcast_protocol::evm::all_refused(&op) {
+            return Err(no_gap(&op));
+        }
         // The attempt whose payload was read above, if it was sent (0: none was, and the
         // payload read is the newest attempt's).
         let outbids = newest_sent(&op).map_or(0, |a| a.number);
@@ -1354,6 +1357,9 @@ pub fn sign_replacement_evm(
     if r.kind == Replacement::Cancel && !stored.cancel_requested {
         return Ok(Err(no_cancel_asked(&stored)));
     }
+    if r.kind == Replacement::GapFill && !sigcast_protocol::evm::all_refused(&stored) {
+        return Ok(Err(no_gap(&stored)));
+    }
     if let Some(sent) = stored
         .attempts
         .iter()
@@ -1432,6 +1438,18 @@ pub(crate) fn no_cancel_asked(op: &pb::Operation) -> Error {
         op_id: op.op_id.clone(),
         state: format!(
             "{} (no cancel was asked for: CancelOperation records one first)",
+            op.state().as_str_name()
+        ),
+    }
+}
+
+/// The refusal of a gap fill while an attempt of the operation may land: the self-transfer
+/// would end an operation nobody cancelled.
+fn no_gap(op: &pb::Operation) -> Error {
+    Error::NotSignable {
+        op_id: op.op_id.clone(),
+        state: format!(
+            "{} (a gap fill takes the nonce only once every send of every attempt was refused)",
             op.state().as_str_name()
         ),
     }
@@ -2079,6 +2097,57 @@ pub(crate) mod replacement_tests {
             .unwrap()
             .expect("the cancel is signed");
         assert_eq!((cancel.attempt, cancel.already_signed), (2, false));
+    }
+
+    #[test]
+    fn a_gap_fill_is_signed_only_once_every_send_was_refused() {
+        // A gap fill asked for an operation whose attempt may land would end it as a cancel
+        // nobody asked for (review, fourteenth session).
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let root = store.root().clone();
+        let replacement = sent_operation(&store, "refused");
+        let gap = || replacement(Replacement::GapFill, 1, 1, 11);
+        let refused = store
+            .run(|tx| sign_replacement_evm(tx, &gap()))
+            .unwrap()
+            .expect_err("attempt 1 was sent and may land");
+        assert!(refused.to_string().contains("gap fill"), "{refused}");
+        assert_eq!(
+            stored(&store, "refused").attempts.len(),
+            1,
+            "nothing signed"
+        );
+        let now = SystemTime::now();
+        store
+            .run(|tx| {
+                operations::update(
+                    tx,
+                    &root,
+                    "refused",
+                    operations::Guard::NotTerminal,
+                    &mut |op| {
+                        sigcast_protocol::record::record_outcome(
+                            op,
+                            1,
+                            "http://node:8545",
+                            &sigcast_protocol::SendOutcome::Refused {
+                                underpriced: false,
+                                message: "insufficient funds".into(),
+                            },
+                            now,
+                        );
+                        true
+                    },
+                    now,
+                )
+            })
+            .unwrap();
+        let filled = store
+            .run(|tx| sign_replacement_evm(tx, &gap()))
+            .unwrap()
+            .expect("every send refused: the gap is filled");
+        assert_eq!((filled.attempt, filled.already_signed), (2, false));
     }
 
     #[test]

@@ -225,6 +225,13 @@ impl ServiceConfig for Config {
             rule.validate()
                 .map_err(|rule| ConfigError::invalid("callers", rule))?;
         }
+        if self.unix_socket.is_none() && self.tls.is_none() && !self.listen.ip().is_loopback() {
+            return Err(ConfigError::invalid(
+                "listen",
+                "without unix_socket or [tls] the signer API is served on listen and \
+                 authenticates no caller: bind it to loopback, or set unix_socket or [tls]",
+            ));
+        }
         if self.rpc_timeout_ms == 0 {
             return Err(ConfigError::invalid("rpc_timeout_ms", "must be positive"));
         }
@@ -238,6 +245,31 @@ impl ServiceConfig for Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_api_that_authenticates_nobody_is_served_on_loopback_only() {
+        let open = Config {
+            listen: "0.0.0.0:50052".parse().unwrap(),
+            ..Config::default()
+        };
+        let refused = open.validate().unwrap_err().to_string();
+        assert!(
+            refused.contains("listen") && refused.contains("unix_socket"),
+            "{refused}"
+        );
+        Config {
+            unix_socket: Some("/run/sigcast/signer.sock".into()),
+            ..open.clone()
+        }
+        .validate()
+        .expect("on a Unix socket the API authenticates by uid; listen serves health only");
+        Config {
+            listen: "127.0.0.1:50052".parse().unwrap(),
+            ..open
+        }
+        .validate()
+        .expect("loopback: local development");
+    }
 
     #[test]
     fn the_defaults_are_valid() {

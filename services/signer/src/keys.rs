@@ -442,22 +442,34 @@ pub fn generate_keystore_key(
     Ok(account)
 }
 
-/// Creates the keystore directory `dir` if it is missing.
+/// Creates the keystore directory `dir` if it is missing, readable by its owner alone (one
+/// that exists is left as the operator made it).
 fn create_dir(dir: &Path) -> Result<(), KeyError> {
-    std::fs::create_dir_all(dir).map_err(|e| KeyError::Dir {
-        dir: dir.into(),
-        reason: e.to_string(),
-    })
-}
-
-/// Encrypts `secret` with `passphrase` into the keystore file `dir/name`.
-fn write_keystore(dir: &Path, name: &str, secret: &[u8], passphrase: &str) -> Result<(), KeyError> {
-    eth_keystore::encrypt_key(dir, &mut rand::thread_rng(), secret, passphrase, Some(name))
-        .map(drop)
-        .map_err(|e| KeyError::File {
-            file: dir.join(name),
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| KeyError::Dir {
+            dir: dir.into(),
             reason: e.to_string(),
         })
+}
+
+/// Encrypts `secret` with `passphrase` into the keystore file `dir/name`, readable by its
+/// owner alone: encrypted, but one other local users can read is one they can try
+/// passphrases against offline.
+fn write_keystore(dir: &Path, name: &str, secret: &[u8], passphrase: &str) -> Result<(), KeyError> {
+    use std::os::unix::fs::PermissionsExt;
+    let file = dir.join(name);
+    let failed = |e: String| KeyError::File {
+        file: file.clone(),
+        reason: e,
+    };
+    eth_keystore::encrypt_key(dir, &mut rand::thread_rng(), secret, passphrase, Some(name))
+        .map_err(|e| failed(e.to_string()))?;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| failed(e.to_string()))
 }
 
 /// Writes keystores for the first `count` dev keys into `dir`, encrypted with `passphrase`:
@@ -590,6 +602,31 @@ mod tests {
                 signature.recover_address_from_prehash(&digest).unwrap(),
                 alloy_key.address()
             );
+        }
+    }
+
+    #[test]
+    fn keystores_and_the_directory_made_for_them_are_the_owner_s_alone() {
+        // Encrypted, but a keystore other local users can read is one they can try
+        // passphrases against offline.
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("keys");
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        for ed25519 in [false, true] {
+            generate_keystore_key(&dir, "pw", ed25519).unwrap();
+        }
+        let plain = parent.path().join("plain.key");
+        std::fs::write(&plain, hex::encode(PrivateKeySigner::random().to_bytes())).unwrap();
+        import_key_file(&dir, &plain, "pw").unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        let files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(files.len(), 3);
+        for file in files {
+            assert_eq!(mode(&file), 0o600, "{}", file.display());
         }
     }
 

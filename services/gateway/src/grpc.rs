@@ -294,7 +294,7 @@ impl Gateway {
         // A caller refused here reads nothing from the store.
         self.identified(&caller)?;
         if let Err(violation) = Callers(&self.callers).may_submit(&caller, &intent) {
-            tracing::info!(sigcast.op_id = %op_id, %caller, rule = %violation.0, "refused: caller not allowed");
+            tracing::info!(sigcast.op_id = %op_id, ?caller, rule = %violation.0, "refused: caller not allowed");
             return Err(Error::CallerDenied { rule: violation.0 });
         }
         let fingerprint = intent.fingerprint().to_string();
@@ -634,10 +634,19 @@ pub(crate) fn server_span(
     method: &'static str,
     op_id: &str,
 ) -> tracing::Span {
-    let span = grpc_span(RpcSide::Server, service, method, op_id, None);
-    attach_op(&span, op_id);
+    // The span is made before the request is checked: an op_id that is not one (a megabyte
+    // of it, say) names no trace and is not recorded, or it would sit in every span exported.
+    let valid = sigcast_domain::OpId::parse(op_id).is_ok();
+    let named = if valid { op_id } else { INVALID_OP_ID };
+    let span = grpc_span(RpcSide::Server, service, method, named, None);
+    if valid {
+        attach_op(&span, op_id);
+    }
     span
 }
+
+/// What a span records for an op_id that is not one.
+const INVALID_OP_ID: &str = "(invalid)";
 
 /// The server span of an OperationService call about `op_id`.
 fn operation_span(method: &'static str, op_id: &str) -> tracing::Span {
@@ -700,5 +709,54 @@ impl Gateway {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// Records every span's `sigcast.op_id` as it is made.
+    #[derive(Clone, Default)]
+    struct OpIds(Arc<Mutex<Vec<String>>>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for OpIds {
+        fn on_new_span(
+            &self,
+            attrs: &tracing::span::Attributes<'_>,
+            _: &tracing::span::Id,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            struct Visit<'a>(&'a Mutex<Vec<String>>);
+            impl tracing::field::Visit for Visit<'_> {
+                fn record_debug(
+                    &mut self,
+                    field: &tracing::field::Field,
+                    value: &dyn std::fmt::Debug,
+                ) {
+                    if field.name() == "sigcast.op_id" {
+                        self.0.lock().unwrap().push(format!("{value:?}"));
+                    }
+                }
+            }
+            attrs.record(&mut Visit(&self.0));
+        }
+    }
+
+    #[test]
+    fn a_span_records_an_op_id_only_when_it_is_one() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let recorded = OpIds::default();
+        let subscriber = tracing_subscriber::registry().with(recorded.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            operation_span("GetOperation", "pay-42");
+            operation_span("GetOperation", &"x".repeat(1 << 20));
+            operation_span("GetOperation", "two\nlines");
+        });
+        assert_eq!(
+            *recorded.0.lock().unwrap(),
+            ["pay-42", INVALID_OP_ID, INVALID_OP_ID]
+        );
     }
 }

@@ -20,7 +20,7 @@ impl api::operator_service_server::OperatorService for Gateway {
     ) -> Result<Response<api::GetAuditTrailResponse>, Status> {
         let caller = self.caller_of(&request);
         if !self.is_operator(&caller) {
-            tracing::info!(%caller, "operator API refused");
+            tracing::info!(?caller, "operator API refused");
             return Err(Error::CallerDenied {
                 rule: format!("caller {caller:?} is not in operators"),
             }

@@ -249,6 +249,26 @@ pub enum CancelOutcome {
     Terminal(pb::Operation),
 }
 
+/// What a cancel of `stored` answers without a write, if it writes nothing: an operation
+/// terminal, or whose on-chain cancel was already asked for. It holds whenever `stored` was
+/// read: nothing leaves a terminal state, and a cancel asked for is never withdrawn.
+pub fn cancel_written_nothing(
+    root: &Subspace,
+    stored: &pb::Operation,
+) -> Result<Option<CancelOutcome>> {
+    let state = domain_state(root, stored)?;
+    Ok(match state.cancel_effect() {
+        CancelEffect::RequestOnChainCancel if stored.cancel_requested => {
+            Some(CancelOutcome::Requested(stored.clone()))
+        }
+        CancelEffect::AlreadyTerminal if state == OperationState::Cancelled => {
+            Some(CancelOutcome::Cancelled(stored.clone()))
+        }
+        CancelEffect::AlreadyTerminal => Some(CancelOutcome::Terminal(stored.clone())),
+        CancelEffect::CancelNow | CancelEffect::RequestOnChainCancel => None,
+    })
+}
+
 /// Cancels an operation, or asks for its on-chain cancel if it is signed.
 pub fn cancel(
     tx: &mut dyn KvTransaction,
@@ -259,6 +279,9 @@ pub fn cancel(
     let Some(stored) = get(tx, root, op_id)? else {
         return Ok(CancelOutcome::NotFound);
     };
+    if let Some(answered) = cancel_written_nothing(root, &stored)? {
+        return Ok(answered);
+    }
     let state = domain_state(root, &stored)?;
     match state.cancel_effect() {
         CancelEffect::CancelNow => {
@@ -268,18 +291,13 @@ pub fn cancel(
             put(tx, root, Some(&stored), &mut op, now)?;
             Ok(CancelOutcome::Cancelled(op))
         }
-        CancelEffect::RequestOnChainCancel if stored.cancel_requested => {
-            Ok(CancelOutcome::Requested(stored))
-        }
         CancelEffect::RequestOnChainCancel => {
             let mut op = stored.clone();
             op.cancel_requested = true;
             put(tx, root, Some(&stored), &mut op, now)?;
             Ok(CancelOutcome::Requested(op))
         }
-        CancelEffect::AlreadyTerminal if state == OperationState::Cancelled => {
-            Ok(CancelOutcome::Cancelled(stored))
-        }
+        // Answered above.
         CancelEffect::AlreadyTerminal => Ok(CancelOutcome::Terminal(stored)),
     }
 }

@@ -479,19 +479,27 @@ impl Gateway {
             .map_err(Error::invalid)?
             .to_string();
         // Only its own operation (another caller's is not found), and only if it may cancel.
-        self.get(caller, &op_id).await?;
+        let read = self.get(caller, &op_id).await?;
         Callers(&self.callers)
             .may_cancel(caller)
             .map_err(|v| Error::CallerDenied { rule: v.0 })?;
         let root = self.store.root().clone();
-        let id = op_id.clone();
-        let now = SystemTime::now();
-        let written = self
-            .store
-            .run_grouped(move |tx| operations::cancel(tx, &root, &id, now))
-            .await;
-        self.store_health.observe(&written).await;
-        match written? {
+        // One with nothing to write (terminal, or its cancel already asked for) is answered
+        // from the read: it does not queue for the store's write lock.
+        let outcome = match operations::cancel_written_nothing(&root, &read)? {
+            Some(answered) => answered,
+            None => {
+                let id = op_id.clone();
+                let now = SystemTime::now();
+                let written = self
+                    .store
+                    .run_grouped(move |tx| operations::cancel(tx, &root, &id, now))
+                    .await;
+                self.store_health.observe(&written).await;
+                written?
+            }
+        };
+        match outcome {
             CancelOutcome::NotFound => Err(Error::NotFound(op_id)),
             CancelOutcome::Cancelled(op) => {
                 tracing::info!(sigcast.op_id = %op_id, "operation cancelled before signing");

@@ -274,6 +274,45 @@ async fn cancel_before_signing_is_immediate_and_idempotent() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_with_nothing_to_write_is_answered_while_another_process_writes() {
+    // A cancel of an operation already cancelled (or terminal, or whose on-chain cancel was
+    // asked for) writes nothing: answered from the read, it does not queue behind the store's
+    // write lock, held here by another process's transaction (review, fourteenth session).
+    let rig = Rig::start_with(|config| config.limits.request_timeout_ms = 1_000).await;
+    let mut client = rig.client.clone();
+    client
+        .submit_operation(transfer("cancelled", "1"))
+        .await
+        .unwrap();
+    let cancel = pb::CancelOperationRequest {
+        op_id: "cancelled".into(),
+    };
+    let first = client.cancel_operation(cancel.clone()).await.unwrap();
+    let store = rig.store();
+    let (holding, held) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let writer = std::thread::spawn(move || {
+        store
+            .run(|_| {
+                let _ = holding.send(());
+                let _ = released.recv();
+                Ok(())
+            })
+            .unwrap();
+    });
+    held.recv().unwrap();
+    let again = client.cancel_operation(cancel).await;
+    release.send(()).unwrap();
+    writer.join().unwrap();
+    assert_eq!(
+        again
+            .map(|r| r.into_inner())
+            .map_err(|s| (s.code(), s.message().to_owned())),
+        Ok(first.into_inner())
+    );
+}
+
 #[tokio::test]
 async fn watches_beyond_the_limit_are_resource_exhausted_until_one_closes() {
     let rig = Rig::start_with(|c| c.limits.max_watches_per_caller = 2).await;

@@ -107,6 +107,9 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn serve() -> anyhow::Result<()> {
+    // Before anything: every command may decrypt keys (list, import, generate, nonce), not
+    // only the server, and none of them may leave a core dump or be read by a debugger.
+    sigcast_signer::harden_process();
     let args = Args::parse();
     let mut config = Config::load(args.config.as_deref())?;
     match args.command.unwrap_or(Command::Serve { listen: None }) {

@@ -410,3 +410,43 @@ fn the_token_check_opens_a_lost_session_again_and_fails_once_the_pin_is_refused(
         "still the PIN's refusal: a liveness probe must not restart the signer into trying it"
     );
 }
+
+#[test]
+fn a_command_that_reads_keys_runs_hardened_as_the_server_does() {
+    // `keys list` decrypts every keystore: no core dump of it, as of the server (review,
+    // fourteenth session). The passphrase file is a FIFO, so the command waits on it while
+    // its limits are read.
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("passphrase");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let mut listing = signer()
+        .args(["keys", "list"])
+        .env("SIGCAST_SIGNER__KEYSTORE_DIR", dir.path().join("keys"))
+        .env("SIGCAST_SIGNER__PASSPHRASE_FILE", &fifo)
+        .env_remove("SIGCAST_SIGNER_PASSPHRASE")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Opening the FIFO to write returns once the command opened it to read its passphrase:
+    // its limits then are those it decrypts keys with.
+    let mut writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", listing.id())).unwrap();
+    use std::io::Write;
+    writer.write_all(b"correct horse\n").unwrap();
+    drop(writer);
+    listing.wait().unwrap();
+    let core = limits
+        .lines()
+        .find(|l| l.starts_with("Max core file size"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(4)
+        .take(2)
+        .collect::<Vec<_>>();
+    assert_eq!(core, ["0", "0"], "{limits}");
+}

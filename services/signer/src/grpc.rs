@@ -43,7 +43,7 @@ impl Signer {
         if let Some((fingerprint, identity)) = client_certificate(request)
             && !self.allowed_certificate(&fingerprint, identity.as_deref())
         {
-            tracing::warn!(%caller, "refused a caller: client certificate not allowed");
+            tracing::warn!(?caller, "refused a caller: client certificate not allowed");
             return Err(Status::permission_denied(format!(
                 "client certificate {} is not allowed",
                 identity.unwrap_or(fingerprint)

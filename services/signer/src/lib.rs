@@ -75,6 +75,14 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     harden_process();
+    // Checked again on the listener handed over: `serve --listen` replaces the address after
+    // the configuration was validated.
+    let local = listener.local_addr()?;
+    anyhow::ensure!(
+        config.unix_socket.is_some() || config.tls.is_some() || local.ip().is_loopback(),
+        "without unix_socket or [tls] the signer API on {local} would authenticate no caller: \
+         bind it to loopback, or set unix_socket or [tls]"
+    );
     let keyring = load_keyring(&config)?;
     tracing::info!(accounts = ?keyring, "keys loaded");
     let token = keyring.token_health();

@@ -446,29 +446,40 @@ pub fn generate_keystore_key(
 /// that exists is left as the operator made it).
 fn create_dir(dir: &Path) -> Result<(), KeyError> {
     use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| KeyError::Dir {
-            dir: dir.into(),
-            reason: e.to_string(),
-        })
+    let failed = |e: std::io::Error| KeyError::Dir {
+        dir: dir.into(),
+        reason: e.to_string(),
+    };
+    // Its parents as any directory is made (another service may read a store beside it).
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(failed)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        other => other.map_err(failed),
+    }
 }
 
 /// Encrypts `secret` with `passphrase` into the keystore file `dir/name`, readable by its
 /// owner alone: encrypted, but one other local users can read is one they can try
 /// passphrases against offline.
 fn write_keystore(dir: &Path, name: &str, secret: &[u8], passphrase: &str) -> Result<(), KeyError> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::OpenOptionsExt;
     let file = dir.join(name);
     let failed = |e: String| KeyError::File {
         file: file.clone(),
         reason: e,
     };
-    eth_keystore::encrypt_key(dir, &mut rand::thread_rng(), secret, passphrase, Some(name))
+    // Made 0600 before a byte is written (eth-keystore's File::create then keeps the mode),
+    // and only if absent: a keystore is never overwritten, even by a concurrent import.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&file)
         .map_err(|e| failed(e.to_string()))?;
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+    eth_keystore::encrypt_key(dir, &mut rand::thread_rng(), secret, passphrase, Some(name))
+        .map(drop)
         .map_err(|e| failed(e.to_string()))
 }
 
@@ -611,7 +622,9 @@ mod tests {
         // passphrases against offline.
         use std::os::unix::fs::PermissionsExt;
         let parent = tempfile::tempdir().unwrap();
-        let dir = parent.path().join("keys");
+        // Its missing parent is made as any directory is: another service may read a store
+        // there.
+        let dir = parent.path().join("sigcast").join("keys");
         let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
         for ed25519 in [false, true] {
             generate_keystore_key(&dir, "pw", ed25519).unwrap();
@@ -620,6 +633,11 @@ mod tests {
         std::fs::write(&plain, hex::encode(PrivateKeySigner::random().to_bytes())).unwrap();
         import_key_file(&dir, &plain, "pw").unwrap();
         assert_eq!(mode(&dir), 0o700);
+        assert_ne!(
+            mode(dir.parent().unwrap()),
+            0o700,
+            "only the keystore directory"
+        );
         let files: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().path())

@@ -474,7 +474,8 @@ impl Gateway {
         })
     }
 
-    async fn cancel(&self, caller: &str, op_id: &str) -> Result<pb::Operation> {
+    /// `caller`'s cancel of `op_id`: the operation, and whether this call changed it.
+    async fn cancel(&self, caller: &str, op_id: &str) -> Result<(pb::Operation, bool)> {
         let op_id = parse_op_id("op_id", op_id)
             .map_err(Error::invalid)?
             .to_string();
@@ -499,15 +500,24 @@ impl Gateway {
                 written?
             }
         };
+        // A retry, or an operation cancelled on chain since, is answered as it stands; only
+        // a change this call made is logged and counted.
+        let changed = |op: &pb::Operation| op.revision != read.revision;
         match outcome {
             CancelOutcome::NotFound => Err(Error::NotFound(op_id)),
             CancelOutcome::Cancelled(op) => {
-                tracing::info!(sigcast.op_id = %op_id, "operation cancelled before signing");
-                Ok(op)
+                if changed(&op) {
+                    tracing::info!(sigcast.op_id = %op_id, "operation cancelled before signing");
+                }
+                let changed = changed(&op);
+                Ok((op, changed))
             }
             CancelOutcome::Requested(op) => {
-                tracing::info!(sigcast.op_id = %op_id, "on-chain cancel requested");
-                Ok(op)
+                if changed(&op) {
+                    tracing::info!(sigcast.op_id = %op_id, "on-chain cancel requested");
+                }
+                let changed = changed(&op);
+                Ok((op, changed))
             }
             CancelOutcome::Terminal(op) => Err(Error::FailedPrecondition {
                 state: state_name(&op),
@@ -621,11 +631,11 @@ impl OperationService for Gateway {
         traced(span, RpcSide::Server, async {
             let caller = self.caller_of(&request);
             let op_id = &request.get_ref().op_id;
-            let operation = self
+            let (operation, changed) = self
                 .cancel(&caller, op_id)
                 .await
                 .map_err(|e| e.status_for(op_id))?;
-            if operation.state() == pb::OperationState::Cancelled {
+            if changed && operation.state() == pb::OperationState::Cancelled {
                 metrics::inc(&metrics::metrics().transitions, &[("state", "CANCELLED")]);
             }
             Ok(Response::new(pb::CancelOperationResponse {

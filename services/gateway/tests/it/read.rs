@@ -261,6 +261,17 @@ async fn cancel_before_signing_is_immediate_and_idempotent() {
         .operation
         .unwrap();
     assert_eq!(again, first, "a retried cancel returns the same operation");
+    // Counted once: the retry changed nothing.
+    let cancelled = sigcast_telemetry::metrics::metrics()
+        .render()
+        .lines()
+        .find(|l| l.starts_with("sigcast_operation_transitions_total{") && l.contains("CANCELLED"))
+        .map(str::to_owned);
+    assert_eq!(
+        cancelled.as_deref().and_then(|l| l.rsplit(' ').next()),
+        Some("1"),
+        "{cancelled:?}"
+    );
     // Resubmitting the cancelled op_id replays it; it is not revived.
     let replay = client
         .submit_operation(transfer("to-cancel", "1"))

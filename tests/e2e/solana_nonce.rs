@@ -3,11 +3,11 @@
 
 use crate::evm::wait_terminal;
 use crate::solana_ops::{
-    FEE, SOL, assert_confirmed_by_one_resign, balance, get, key_bytes, recipient, sol_transfer,
-    wait_state,
+    FEE, SOL, assert_confirmed_by_one_resign, balance, behind_a_proxy, get, key_bytes, recipient,
+    sol_transfer, wait_state,
 };
 use sigcast_e2e::SolanaNode;
-use sigcast_e2e::{FaultProxy, Stack, StackOptions};
+use sigcast_e2e::{FaultProxy, Stack};
 use sigcast_evm::RpcPool;
 use sigcast_proto::pb;
 use sigcast_solana::SolanaRpc;
@@ -53,19 +53,7 @@ async fn nonce_value(rpc: &SolanaRpc, account: &str) -> String {
 /// A node with 20 ms slots (a blockhash lives 3 s), a proxy in front of it for the broadcaster,
 /// a stack with one funded Solana key, and `count` nonce accounts created for it by the CLI.
 async fn durable_nonce_stack(count: usize) -> (SolanaNode, FaultProxy, Stack, Vec<String>) {
-    let node = SolanaNode::start(Duration::from_millis(20)).await;
-    let proxy = FaultProxy::start(node.addr, 0.0, 0, Duration::ZERO).await;
-    let stack = Stack::start(StackOptions {
-        accounts: 1,
-        solana_rpc: Some(node.url.clone()),
-        solana_broadcaster_rpc: Some(proxy.url.clone()),
-        solana_accounts: 1,
-        ..Default::default()
-    })
-    .await;
-    let from = stack.solana_accounts[0].clone();
-    node.airdrop(key_bytes(&from), 10 * SOL);
-    node.airdrop(key_bytes(&recipient(0)), SOL);
+    let (node, proxy, stack, from) = behind_a_proxy(Duration::from_millis(20), 0).await;
     let created = nonce_cli(
         &stack,
         &[

@@ -210,20 +210,7 @@ async fn kill_nine_of_signer_and_broadcaster_during_sol_transfers_loses_and_dupl
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_outage_past_the_blockhash_lifetime_re_signs_exactly_once_after_expiry_is_proven() {
     // 20 ms slots: a blockhash lives 3 s.
-    let node = SolanaNode::start(Duration::from_millis(20)).await;
-    let proxy = sigcast_e2e::FaultProxy::start(node.addr, 0.0, 0, Duration::ZERO).await;
-    let stack = Stack::start(StackOptions {
-        accounts: 1,
-        solana_rpc: Some(node.url.clone()),
-        solana_broadcaster_rpc: Some(proxy.url.clone()),
-        solana_accounts: 1,
-        solana_compute_unit_price: 1_000,
-        ..Default::default()
-    })
-    .await;
-    let from = stack.solana_accounts[0].clone();
-    node.airdrop(key_bytes(&from), 10 * SOL);
-    node.airdrop(key_bytes(&recipient(0)), SOL);
+    let (node, proxy, stack, from) = behind_a_proxy(Duration::from_millis(20), 1_000).await;
 
     proxy.set_down(true); // the broadcaster's node vanishes; the signer still reads blockhashes
     let mut client = stack.client().await;
@@ -320,19 +307,7 @@ async fn a_re_sign_the_signer_refuses_after_a_proven_expiry_rejects_the_operatio
     // The first signature's blockhash dies during an outage; meanwhile the key's policy
     // changed (or the rules did, with an upgrade), and the signer refuses the re-sign. The
     // proof shows nothing landed or can: REJECTED, not a refusal asked again every pass.
-    let node = SolanaNode::start(Duration::from_millis(20)).await;
-    let proxy = sigcast_e2e::FaultProxy::start(node.addr, 0.0, 0, Duration::ZERO).await;
-    let mut stack = Stack::start(StackOptions {
-        accounts: 1,
-        solana_rpc: Some(node.url.clone()),
-        solana_broadcaster_rpc: Some(proxy.url.clone()),
-        solana_accounts: 1,
-        ..Default::default()
-    })
-    .await;
-    let from = stack.solana_accounts[0].clone();
-    node.airdrop(key_bytes(&from), 10 * SOL);
-    node.airdrop(key_bytes(&recipient(0)), SOL);
+    let (node, proxy, mut stack, from) = behind_a_proxy(Duration::from_millis(20), 0).await;
 
     proxy.set_down(true);
     let mut client = stack.client().await;
@@ -378,6 +353,30 @@ async fn a_re_sign_the_signer_refuses_after_a_proven_expiry_rejects_the_operatio
     let pool = RpcPool::new(std::slice::from_ref(&node.url), Duration::from_secs(5)).unwrap();
     assert_eq!(balance(&pool, &recipient(0)).await, SOL, "nothing paid");
     assert_eq!(balance(&pool, &from).await, 10 * SOL, "no fee either");
+}
+
+/// A node of `slot`-long slots, a fault proxy between it and the broadcaster, and a stack
+/// holding one Solana key (10 SOL; recipient 0 holds 1 SOL) that signs with a priority fee of
+/// `compute_unit_price`: the node, the proxy, the stack and the key.
+pub(crate) async fn behind_a_proxy(
+    slot: Duration,
+    compute_unit_price: u64,
+) -> (SolanaNode, sigcast_e2e::FaultProxy, Stack, String) {
+    let node = SolanaNode::start(slot).await;
+    let proxy = sigcast_e2e::FaultProxy::start(node.addr, 0.0, 0, Duration::ZERO).await;
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        solana_rpc: Some(node.url.clone()),
+        solana_broadcaster_rpc: Some(proxy.url.clone()),
+        solana_accounts: 1,
+        solana_compute_unit_price: compute_unit_price,
+        ..Default::default()
+    })
+    .await;
+    let from = stack.solana_accounts[0].clone();
+    node.airdrop(key_bytes(&from), 10 * SOL);
+    node.airdrop(key_bytes(&recipient(0)), SOL);
+    (node, proxy, stack, from)
 }
 
 pub(crate) fn assert_confirmed_by_one_resign(stack: &Stack, op: &pb::Operation) {
@@ -436,18 +435,7 @@ async fn a_cancelled_blockhash_operation_is_not_sent_again_and_is_cancelled_once
     // lost on the way to the node, so the operation stays in flight until it is cancelled;
     // its bytes left the store and can land until the blockhash expires, so after the cancel
     // they must not be sent again.
-    let node = SolanaNode::start(Duration::from_millis(60)).await;
-    let proxy = sigcast_e2e::FaultProxy::start(node.addr, 0.0, 0, Duration::ZERO).await;
-    let stack = Stack::start(StackOptions {
-        accounts: 1,
-        solana_rpc: Some(node.url.clone()),
-        solana_broadcaster_rpc: Some(proxy.url.clone()),
-        solana_accounts: 1,
-        ..Default::default()
-    })
-    .await;
-    let from = stack.solana_accounts[0].clone();
-    node.airdrop(key_bytes(&from), 10 * SOL);
+    let (node, proxy, stack, from) = behind_a_proxy(Duration::from_millis(60), 0).await;
     proxy.set_losing_sends(true);
     let mut client = stack.client().await;
     client

@@ -120,7 +120,7 @@ pub async fn run(
     if let Some(addr) = config.health_listen {
         let health_listener = TcpListener::bind(addr).await?;
         tracing::info!(listen = %addr, "health served in plaintext");
-        let health_only = tonic::transport::Server::builder().add_service(health_service.clone());
+        let health_only = limited(&config.limits).add_service(health_service.clone());
         tokio::spawn(serve_or_log(
             "health",
             health_only,
@@ -136,7 +136,7 @@ pub async fn run(
             let operator_listener = TcpListener::bind(addr).await?;
             tracing::info!(listen = %addr, operators = config.operators.len(), "operator API served");
             let served = [OPERATOR_SERVICE];
-            let router = tonic::transport::Server::builder()
+            let router = limited(&config.limits)
                 .add_service(health_service.clone())
                 .add_service(reflection(&served).build_v1()?)
                 .add_service(reflection(&served).build_v1alpha()?)
@@ -167,9 +167,7 @@ pub async fn run(
         Some(_) => &[OPERATION_SERVICE, OPERATOR_SERVICE],
         None => &[OPERATION_SERVICE],
     };
-    let router = tonic::transport::Server::builder()
-        .concurrency_limit_per_connection(limits.max_calls_per_connection)
-        .max_concurrent_streams(Some(limits.max_concurrent_streams))
+    let router = limited(limits)
         .add_service(health_service)
         .add_service(reflection(served).build_v1()?)
         .add_service(reflection(served).build_v1alpha()?)
@@ -250,4 +248,13 @@ fn declare_metrics() {
     for state in ["RECEIVED", "CANCELLED"] {
         declare(&m.transitions, &[("state", state)]);
     }
+}
+
+/// A gRPC server held to the configured limits per connection: every listener's, the
+/// plaintext health one and the operator one too (a client of either otherwise opens as many
+/// streams as it likes).
+fn limited(limits: &config::LimitsConfig) -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .concurrency_limit_per_connection(limits.max_calls_per_connection)
+        .max_concurrent_streams(Some(limits.max_concurrent_streams))
 }

@@ -15,6 +15,8 @@ use tonic::transport::Channel;
 pub(crate) struct Rig {
     pub(crate) client: OperationServiceClient<Channel>,
     pub(crate) config: Config,
+    /// The public listener's address.
+    pub(crate) addr: std::net::SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     pub(crate) server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     _dir: tempfile::TempDir,
@@ -45,6 +47,7 @@ impl Rig {
         Self {
             client,
             config,
+            addr,
             stop: Some(stop),
             server: Some(server),
             _dir: dir,

@@ -421,3 +421,56 @@ async fn a_list_page_is_held_to_its_byte_limit() {
     );
     assert!(pages >= 3, "{pages} pages");
 }
+
+/// The concurrent streams the gRPC server at `addr` lets one connection open (its
+/// SETTINGS_MAX_CONCURRENT_STREAMS), read after one health check answered.
+async fn streams_allowed(addr: std::net::SocketAddr) -> usize {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let request =
+        tonic::codegen::http::Request::post(format!("http://{addr}/grpc.health.v1.Health/Check"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+    let (response, mut body) = client.send_request(request, false).unwrap();
+    // An empty HealthCheckRequest: uncompressed, length 0.
+    body.send_data(tonic::codegen::Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+        .unwrap();
+    response.await.unwrap();
+    client.current_max_send_streams()
+}
+
+#[tokio::test]
+async fn every_listener_holds_a_connection_to_the_configured_streams() {
+    // The health listener is plaintext, for probes; the operator one its own: a client of
+    // either opened as many streams as it liked (review, fourteenth session).
+    let ports: Vec<std::net::SocketAddr> = (0..2)
+        .map(|_| {
+            let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            socket.local_addr().unwrap()
+        })
+        .collect();
+    let rig = Rig::start_with(|config| {
+        config.limits.max_concurrent_streams = 7;
+        config.health_listen = Some(ports[0]);
+        config.operator_listen = Some(ports[1]);
+    })
+    .await;
+    let public = rig.addr;
+    for addr in [public, ports[0], ports[1]] {
+        let mut allowed = 0;
+        for _ in 0..50 {
+            match tokio::net::TcpStream::connect(addr).await {
+                Ok(_) => {
+                    allowed = streams_allowed(addr).await;
+                    break;
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+            }
+        }
+        assert_eq!(allowed, 7, "{addr}");
+    }
+}

@@ -501,22 +501,21 @@ impl Gateway {
             }
         };
         // A retry, or an operation cancelled on chain since, is answered as it stands; only
-        // a change this call made is logged and counted.
-        let changed = |op: &pb::Operation| op.revision != read.revision;
+        // a change this call made (the record's revision moved) is logged and counted.
         match outcome {
             CancelOutcome::NotFound => Err(Error::NotFound(op_id)),
             CancelOutcome::Cancelled(op) => {
-                if changed(&op) {
+                let changed = op.revision != read.revision;
+                if changed {
                     tracing::info!(sigcast.op_id = %op_id, "operation cancelled before signing");
                 }
-                let changed = changed(&op);
                 Ok((op, changed))
             }
             CancelOutcome::Requested(op) => {
-                if changed(&op) {
+                let changed = op.revision != read.revision;
+                if changed {
                     tracing::info!(sigcast.op_id = %op_id, "on-chain cancel requested");
                 }
-                let changed = changed(&op);
                 Ok((op, changed))
             }
             CancelOutcome::Terminal(op) => Err(Error::FailedPrecondition {

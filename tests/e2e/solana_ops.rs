@@ -212,20 +212,9 @@ async fn an_outage_past_the_blockhash_lifetime_re_signs_exactly_once_after_expir
     // 20 ms slots: a blockhash lives 3 s.
     let (node, proxy, stack, from) = behind_a_proxy(Duration::from_millis(20), 1_000).await;
 
-    proxy.set_down(true); // the broadcaster's node vanishes; the signer still reads blockhashes
-    let mut client = stack.client().await;
-    client
-        .submit_operation(sol_transfer("through-outage", &from, &recipient(0), 4_321))
-        .await
-        .unwrap();
-    let signed = wait_state(&stack, "through-outage", |op| !op.attempts.is_empty()).await;
-    let Some(pb::operation::Signing::Solana(first)) = signed.signing.clone() else {
-        panic!("{signed:?}")
-    };
-    // Stay down until the first blockhash is long dead.
-    while node.slot() <= first.last_valid_block_height + 20 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // The broadcaster's node vanishes (the signer still reads blockhashes), and stays away
+    // until the first blockhash is long dead.
+    signed_then_expired(&node, &proxy, &stack, &from, "through-outage").await;
     assert_eq!(
         get(&stack, "through-outage").await.attempts.len(),
         1,
@@ -309,24 +298,12 @@ async fn a_re_sign_the_signer_refuses_after_a_proven_expiry_rejects_the_operatio
     // proof shows nothing landed or can: REJECTED, not a refusal asked again every pass.
     let (node, proxy, mut stack, from) = behind_a_proxy(Duration::from_millis(20), 0).await;
 
-    proxy.set_down(true);
-    let mut client = stack.client().await;
-    client
-        .submit_operation(sol_transfer("refused-resign", &from, &recipient(0), 4_321))
-        .await
-        .unwrap();
-    let signed = wait_state(&stack, "refused-resign", |op| !op.attempts.is_empty()).await;
-    let Some(pb::operation::Signing::Solana(first)) = signed.signing.clone() else {
-        panic!("{signed:?}")
-    };
+    let first = signed_then_expired(&node, &proxy, &stack, &from, "refused-resign").await;
     stack.add_signer_settings(
         0,
         "[[policies]]\naccount = \"*\"\nmax_lamports = \"1000\"\n",
     );
     stack.signers[0].restart().await;
-    while node.slot() <= first.last_valid_block_height + 20 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     proxy.set_down(false);
 
     let done = wait_terminal(&stack, &["refused-resign".into()], Duration::from_secs(60)).await;
@@ -377,6 +354,33 @@ pub(crate) async fn behind_a_proxy(
     node.airdrop(key_bytes(&from), 10 * SOL);
     node.airdrop(key_bytes(&recipient(0)), SOL);
     (node, proxy, stack, from)
+}
+
+/// With the broadcaster's node behind `proxy` down, submits `op_id` (4,321 lamports from
+/// `from` to recipient 0), waits for its first signature, then until its blockhash is long
+/// dead (20 slots past its last valid height): that signature's lifetime.
+async fn signed_then_expired(
+    node: &SolanaNode,
+    proxy: &sigcast_e2e::FaultProxy,
+    stack: &Stack,
+    from: &str,
+    op_id: &str,
+) -> pb::SolanaSigning {
+    proxy.set_down(true);
+    stack
+        .client()
+        .await
+        .submit_operation(sol_transfer(op_id, from, &recipient(0), 4_321))
+        .await
+        .unwrap();
+    let signed = wait_state(stack, op_id, |op| !op.attempts.is_empty()).await;
+    let Some(pb::operation::Signing::Solana(first)) = signed.signing else {
+        panic!("{signed:?}")
+    };
+    while node.slot() <= first.last_valid_block_height + 20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    first
 }
 
 pub(crate) fn assert_confirmed_by_one_resign(stack: &Stack, op: &pb::Operation) {
@@ -480,32 +484,9 @@ async fn an_endpoint_whose_history_misses_the_signing_slot_never_proves_expiry()
     // The blockhash expires during an outage; the node that comes back keeps no history from
     // before the signature: its empty statuses prove nothing, so nothing is re-signed until
     // an endpoint whose history reaches the signing slot shows the expiry.
-    let node = SolanaNode::start(Duration::from_millis(20)).await;
-    let proxy = sigcast_e2e::FaultProxy::start(node.addr, 0.0, 0, Duration::ZERO).await;
-    let stack = Stack::start(StackOptions {
-        accounts: 1,
-        solana_rpc: Some(node.url.clone()),
-        solana_broadcaster_rpc: Some(proxy.url.clone()),
-        solana_accounts: 1,
-        ..Default::default()
-    })
-    .await;
-    let from = stack.solana_accounts[0].clone();
-    node.airdrop(key_bytes(&from), 10 * SOL);
-    proxy.set_down(true);
-    let mut client = stack.client().await;
-    client
-        .submit_operation(sol_transfer("pruned", &from, &recipient(0), 4_321))
-        .await
-        .unwrap();
-    let signed = wait_state(&stack, "pruned", |op| !op.attempts.is_empty()).await;
-    let Some(pb::operation::Signing::Solana(first)) = signed.signing.clone() else {
-        panic!("{signed:?}")
-    };
+    let (node, proxy, stack, from) = behind_a_proxy(Duration::from_millis(20), 0).await;
+    let first = signed_then_expired(&node, &proxy, &stack, &from, "pruned").await;
     assert!(first.signing_slot > 0, "the signing slot is recorded");
-    while node.slot() <= first.last_valid_block_height + 20 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     node.prune_history_before(first.signing_slot + 1);
     proxy.set_down(false);
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -1971,6 +1971,17 @@ pub(crate) mod replacement_tests {
 
     /// Records attempt `number` of `op_id` as sent.
     pub(crate) fn record_sent(store: &Store, op_id: &str, number: u32) {
+        record_now(store, op_id, |op, now| {
+            sigcast_protocol::record::record_sending(op, number, now)
+        });
+    }
+
+    /// Applies `change` to `op_id`'s record now, as the broadcaster records what it learns.
+    fn record_now(
+        store: &Store,
+        op_id: &str,
+        change: impl Fn(&mut pb::Operation, SystemTime) -> bool,
+    ) {
         let (root, now) = (store.root().clone(), SystemTime::now());
         store
             .run(|tx| {
@@ -1979,7 +1990,7 @@ pub(crate) mod replacement_tests {
                     &root,
                     op_id,
                     operations::Guard::NotTerminal,
-                    &mut |op| sigcast_protocol::record::record_sending(op, number, now),
+                    &mut |op| change(op, now),
                     now,
                 )
             })
@@ -2105,7 +2116,6 @@ pub(crate) mod replacement_tests {
         // nobody asked for (review, fourteenth session).
         let dir = tempfile::tempdir().unwrap();
         let store = store(&dir);
-        let root = store.root().clone();
         let replacement = sent_operation(&store, "refused");
         let gap = || replacement(Replacement::GapFill, 1, 1, 11);
         let refused = store
@@ -2118,31 +2128,14 @@ pub(crate) mod replacement_tests {
             1,
             "nothing signed"
         );
-        let now = SystemTime::now();
-        store
-            .run(|tx| {
-                operations::update(
-                    tx,
-                    &root,
-                    "refused",
-                    operations::Guard::NotTerminal,
-                    &mut |op| {
-                        sigcast_protocol::record::record_outcome(
-                            op,
-                            1,
-                            "http://node:8545",
-                            &sigcast_protocol::SendOutcome::Refused {
-                                underpriced: false,
-                                message: "insufficient funds".into(),
-                            },
-                            now,
-                        );
-                        true
-                    },
-                    now,
-                )
-            })
-            .unwrap();
+        record_now(&store, "refused", |op, now| {
+            let refused = sigcast_protocol::SendOutcome::Refused {
+                underpriced: false,
+                message: "insufficient funds".into(),
+            };
+            sigcast_protocol::record::record_outcome(op, 1, "http://node:8545", &refused, now);
+            true
+        });
         let filled = store
             .run(|tx| sign_replacement_evm(tx, &gap()))
             .unwrap()

@@ -227,6 +227,75 @@ async fn a_solana_intent_that_makes_another_held_key_sign_is_refused_and_signs_n
     assert_eq!(balance(&pool, &recipient(0)).await, 2 * SOL);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_co_signer_s_own_limits_hold_for_every_transaction_it_co_signs() {
+    let node = SolanaNode::start(Duration::from_millis(50)).await;
+    let mut stack = Stack::start(StackOptions {
+        accounts: 1,
+        solana_rpc: Some(node.url.clone()),
+        solana_accounts: 2,
+        ..Default::default()
+    })
+    .await;
+    let (payer, friend) = (
+        stack.solana_accounts[0].clone(),
+        stack.solana_accounts[1].clone(),
+    );
+    // The fee payer's callers may have `friend` co-sign; `friend` itself may move 2 SOL a
+    // transaction and 3 SOL an hour. (The keys are generated at start: the policy follows.)
+    stack.add_signer_settings(
+        0,
+        &format!(
+            "[[policies]]\naccount = \"{payer}\"\nallowed_co_signers = [\"{friend}\"]\n\
+             [[policies]]\naccount = \"{friend}\"\nmax_lamports = \"{}\"\n\
+             window_max_lamports = \"{}\"\nwindow_secs = 3600\n",
+            2 * SOL,
+            3 * SOL
+        ),
+    );
+    stack.signers[0].restart().await;
+    for key in [&payer, &friend] {
+        node.airdrop(key_bytes(key), 10 * SOL);
+    }
+    node.airdrop(key_bytes(&recipient(0)), SOL);
+    // Recorded as a gateway with the same policies would accept them; the signer decides.
+    let store = store_of(&stack);
+    let mut done = std::collections::HashMap::new();
+    for (op_id, lamports) in [
+        ("over-max", 3 * SOL),
+        ("fits", 2 * SOL),
+        ("over-window", 2 * SOL),
+    ] {
+        let request = system_transfer(op_id, &payer, &friend, &recipient(0), lamports);
+        record_directly(&store, &request, |_| {});
+        done.extend(wait_terminal(&stack, &[op_id.into()], Duration::from_secs(60)).await);
+    }
+    assert_eq!(
+        done["fits"].state(),
+        pb::OperationState::Confirmed,
+        "{}",
+        stack.logs()
+    );
+    for (op_id, rule) in [
+        ("over-max", "max_lamports"),
+        ("over-window", "window_max_lamports"),
+    ] {
+        let op = &done[op_id];
+        assert_eq!(op.state(), pb::OperationState::Rejected, "{op:?}");
+        let error = op.error.as_ref().unwrap();
+        assert_eq!(error.reason, "SIGNER_REFUSED");
+        assert!(
+            error.message.contains(&friend) && error.message.contains(rule),
+            "{op_id}: {}",
+            error.message
+        );
+        assert!(op.attempts.is_empty(), "{op_id}: signed");
+    }
+    let pool = RpcPool::new(std::slice::from_ref(&node.url), Duration::from_secs(5)).unwrap();
+    assert_eq!(balance(&pool, &friend).await, 8 * SOL);
+    assert_eq!(balance(&pool, &recipient(0)).await, 3 * SOL);
+}
+
 /// An instruction: its program, its accounts as `(key, signer, writable)`, its data.
 type Instruction<'a> = (&'a str, &'a [(&'a str, bool, bool)], Vec<u8>);
 

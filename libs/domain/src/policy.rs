@@ -41,7 +41,8 @@ pub struct KeyPolicy {
     pub window_max_lamports: String,
     /// Keys (base58) other than the fee payer that the key's Solana instruction lists may
     /// name as signers; empty: none. Each such key signs too, so naming it lets this key's
-    /// callers spend from it.
+    /// callers spend from it, within the co-signer's own policy (which bounds every
+    /// transaction it signs, as it bounds its own operations).
     pub allowed_co_signers: Vec<String>,
     /// The most an EVM transaction of the key may offer per gas, in gwei (its fee cap, or
     /// its gas price), below the chain's `max_fee_per_gas_gwei`; 0: the chain's alone.
@@ -268,7 +269,7 @@ impl KeyPolicy {
 /// Checks an intent against the policy of the account the intent itself names (never a
 /// separate field), and against the rules that hold without any policy: a Solana instruction
 /// list may make no key but its fee payer sign, unless the fee payer's policy names it in
-/// `allowed_co_signers`.
+/// `allowed_co_signers`; and a co-signer's own policy holds for the whole transaction it signs.
 pub fn check_intent(policies: &[KeyPolicy], intent: &Intent) -> Result<(), Violation> {
     let account = intent.account();
     let policy = policy_for(policies, &account);
@@ -276,6 +277,15 @@ pub fn check_intent(policies: &[KeyPolicy], intent: &Intent) -> Result<(), Viola
         let allowed = policy.map_or(&[][..], |p| p.allowed_co_signers.as_slice());
         check_co_signers(&list.fee_payer.to_string(), allowed, co_signers(list))?;
         check_no_priority_fee(list)?;
+        // Naming a co-signer lets the fee payer's callers use its signature, not its
+        // limits: the transaction moves what the co-signer signs for, so its policy bounds it.
+        let fee_payer = list.fee_payer.to_string();
+        for key in co_signers(list).iter().filter(|key| **key != fee_payer) {
+            if let Some(own) = policy_for(policies, key) {
+                own.check(intent)
+                    .map_err(|v| Violation(format!("co-signer {key}: {}", v.0)))?;
+            }
+        }
     }
     match policy {
         Some(policy) => policy.check(intent),
@@ -739,6 +749,44 @@ mod tests {
             ..allowing
         };
         assert!(bad.validate().unwrap_err().contains("allowed_co_signers"));
+    }
+
+    #[test]
+    fn a_co_signer_s_own_policy_bounds_the_transaction_it_signs() {
+        let (payer, friend, elsewhere) = (
+            SolanaPubkey::from([1; 32]),
+            SolanaPubkey::from([2; 32]),
+            SolanaPubkey::from([3; 32]),
+        );
+        let payer_policy = KeyPolicy {
+            account: payer.to_string(),
+            allowed_co_signers: vec![friend.to_string()],
+            ..Default::default()
+        };
+        let friend_policy = KeyPolicy {
+            account: friend.to_string(),
+            max_lamports: "1000".into(),
+            allowed_recipients: vec![payer.to_string()],
+            ..Default::default()
+        };
+        let policies = [payer_policy.clone(), friend_policy];
+        let spend = |lamports, to| instructions(payer, vec![system_ix(2, lamports, &[friend, to])]);
+        assert_eq!(check_intent(&policies, &spend(1000, payer)), Ok(()));
+        for (intent, rule) in [
+            (spend(1001, payer), "max_lamports"),
+            (spend(10, elsewhere), "allowed_recipients"),
+        ] {
+            let refused = check_intent(&policies, &intent).unwrap_err().0;
+            assert!(
+                refused.contains(&format!("co-signer {friend}")) && refused.contains(rule),
+                "{refused}"
+            );
+        }
+        // Without a policy of its own (nor a `*` one) the co-signer adds no rule.
+        assert_eq!(
+            check_intent(std::slice::from_ref(&payer_policy), &spend(1001, elsewhere)),
+            Ok(())
+        );
     }
 
     #[test]

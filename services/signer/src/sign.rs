@@ -1557,9 +1557,10 @@ impl WindowSpend<'_> {
                 sum.saturating_add(U256::from_be_slice(v))
             });
         if let Err(rule) = check_window(policy, self.unit, spent, self.value) {
+            // Named: the key may be a co-signer of another account's operation.
             return Ok(Err(Error::PolicyDenied {
                 op_id: self.op_id.to_owned(),
-                rule,
+                rule: format!("{}: {rule}", self.account),
             }));
         }
         accounts::record_spend(

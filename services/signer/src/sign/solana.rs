@@ -388,26 +388,29 @@ impl Signer {
     ) -> Result<Signed> {
         let op_id = op.op_id.clone();
         let intent = self.stored_intent(&op)?;
-        let policy = policy_for(&self.policies, &op.account).cloned();
+        let policy = policy_for(&self.policies, &op.account);
         let signers = sigcast_solana::signers(&message);
         // What is about to be signed, not only the intent: no key but the fee payer's signs
         // unless the fee payer's policy names it.
         check_co_signers(
             &op.account,
-            policy
-                .as_ref()
-                .map_or(&[][..], |p| p.allowed_co_signers.as_slice()),
+            policy.map_or(&[][..], |p| p.allowed_co_signers.as_slice()),
             signers.iter().map(|key| b58(key)),
         )
         .map_err(|v| Error::PolicyDenied {
             op_id: op_id.clone(),
             rule: v.0,
         })?;
-        // The rolling window counts an operation once, at its first signature.
-        let window = match policy
-            .filter(|p| p.window_secs > 0 && !p.window_max_lamports.is_empty() && number == 1)
-        {
-            Some(policy) => {
+        // The rolling window counts an operation once, at its first signature, against the
+        // window of every key that signs it: a co-signer's limits bound what it signs too.
+        let mut window = Vec::new();
+        if number == 1 {
+            for key in signers.iter().map(|key| b58(key)) {
+                let Some(policy) = policy_for(&self.policies, &key)
+                    .filter(|p| p.window_secs > 0 && !p.window_max_lamports.is_empty())
+                else {
+                    continue;
+                };
                 let moved = lamports_moved(&intent).map_err(|v| Error::PolicyDenied {
                     op_id: op_id.clone(),
                     rule: v.0,
@@ -415,10 +418,9 @@ impl Signer {
                 let lamports = moved
                     .iter()
                     .fold(U256::ZERO, |sum, (_, l)| sum.saturating_add(U256::from(*l)));
-                Some((policy, lamports))
+                window.push((key, policy.clone(), lamports));
             }
-            None => None,
-        };
+        }
         let keys = signers
             .into_iter()
             .map(|signer| {
@@ -465,9 +467,9 @@ pub struct SolanaAttempt {
     pub now: std::time::SystemTime,
     /// The stored intent, parsed.
     pub intent: Intent,
-    /// The key's policy and the lamports the intent moves, when its rolling window counts this
-    /// signature (an operation's first).
-    pub window: Option<(KeyPolicy, U256)>,
+    /// Each signing key with a rolling window that counts this signature (an operation's
+    /// first): the key, its policy and the lamports the intent moves.
+    pub window: Vec<(String, KeyPolicy, U256)>,
     /// The message to sign.
     pub message: sigcast_solana::Message,
     /// Its lifetime, as the operation records it.
@@ -538,11 +540,11 @@ pub fn sign_solana_attempt(
             }));
         }
     }
-    if let Some((policy, lamports)) = &r.window {
+    for (account, policy, lamports) in &r.window {
         let spend = super::WindowSpend {
             root,
             chain: &stored.chain,
-            account: &stored.account,
+            account,
             op_id: id,
             unit: "lamports",
             value: *lamports,
@@ -698,7 +700,7 @@ mod tests {
             caller: "test".into(),
             now,
             intent: intent.clone(),
-            window: None,
+            window: Vec::new(),
             message: sigcast_solana::transfer_message(
                 &transfer,
                 &sigcast_solana::Lifetime::Blockhash(hash),

@@ -374,7 +374,7 @@ async fn sign_one(
         caller: "sim".into(),
         now: system_time(),
         intent: intent.clone(),
-        window: None,
+        window: Vec::new(),
         message,
         signing,
         number,

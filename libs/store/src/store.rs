@@ -289,7 +289,8 @@ impl Store {
     /// writes of those before it, exactly as if the transactions had run in that order, and
     /// must be idempotent as for [`Store::run`] (a retried transaction re-runs all of them).
     /// If a body fails, the group is rolled back and every body runs again in a transaction of
-    /// its own, so one failure never fails another caller.
+    /// its own, so one failure never fails another caller. A body whose caller has dropped
+    /// this future by its turn is not run (a caller that gave up reads no answer).
     pub async fn run_grouped<T, F>(&self, mut body: F) -> Result<T>
     where
         T: Send + 'static,
@@ -547,15 +548,26 @@ fn commit_group(store: &Store, jobs: Vec<Job>) {
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = running.then(Instant::now);
     };
+    // A caller that gave up while its job waited (its deadline passed: under overload, the
+    // queue is where the time goes) reads no answer; running its body would only lengthen
+    // the queue for the callers still waiting. Not run: to it, the outcome is unknown either
+    // way, as after any cancellation.
+    let (jobs, abandoned): (Vec<Job>, Vec<Job>) =
+        jobs.into_iter().partition(|job| !job.done.is_closed());
     let (mut bodies, answers): (Vec<Body>, Vec<_>) =
         jobs.into_iter().map(|job| (job.body, job.done)).unzip();
+    bodies.extend(abandoned.into_iter().map(|job| job.body));
+    let waiting = answers.len();
     busy(true);
-    let together = store.run(|tx| {
-        for body in bodies.iter_mut() {
-            body(tx)?;
-        }
-        Ok(())
-    });
+    let together = match waiting {
+        0 => Ok(()),
+        _ => store.run(|tx| {
+            for body in bodies[..waiting].iter_mut() {
+                body(tx)?;
+            }
+            Ok(())
+        }),
+    };
     busy(false);
     match together {
         Ok(()) => {
@@ -566,6 +578,9 @@ fn commit_group(store: &Store, jobs: Vec<Job>) {
         // Alone, each body commits or fails on its own.
         Err(_) => {
             for (body, done) in bodies.iter_mut().zip(answers) {
+                if done.is_closed() {
+                    continue;
+                }
                 busy(true);
                 let result = store.run(|tx| body(tx));
                 busy(false);

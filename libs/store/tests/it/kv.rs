@@ -367,6 +367,63 @@ fn a_panic_outside_any_body_does_not_end_group_commit() {
 }
 
 #[test]
+fn a_grouped_transaction_whose_caller_gave_up_before_its_turn_never_runs() {
+    // Under overload callers time out while their transactions wait in the queue; running
+    // them anyway would spend the store on answers nobody reads, and the queue would only
+    // grow. A caller that gave up learns nothing either way: its transaction's outcome is
+    // unknown to it, as after any cancellation, and its retry reads it again.
+    use std::future::Future;
+    let t = test_store("group-abandoned");
+    let store = t.store.clone();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = std::sync::Mutex::new(released);
+    let blocking = {
+        let store = store.clone();
+        runtime.spawn(async move {
+            store
+                .run_grouped(move |_tx| {
+                    let _ = entered_tx.send(());
+                    let _ = released.lock().unwrap().recv();
+                    Ok(())
+                })
+                .await
+        })
+    };
+    entered.recv().unwrap();
+    // Queued behind it, then abandoned by its caller.
+    let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let abandoned_key = store.root().pack(&("abandoned",));
+    let mut abandoned = Box::pin(store.run_grouped({
+        let (ran, key) = (ran.clone(), abandoned_key.clone());
+        move |tx| {
+            ran.store(true, std::sync::atomic::Ordering::SeqCst);
+            tx.set(&key, b"written")
+        }
+    }));
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(abandoned.as_mut().poll(&mut context).is_pending(), "queued");
+    drop(abandoned);
+    release.send(()).unwrap();
+    runtime.block_on(blocking).unwrap().unwrap();
+    // A transaction queued after it has committed: the queue has passed it.
+    let later = store.root().pack(&("later",));
+    runtime
+        .block_on(store.run_grouped({
+            let key = later.clone();
+            move |tx| tx.set(&key, b"written")
+        }))
+        .unwrap();
+    assert!(store.read(|tx| tx.get(&later)).unwrap().is_some());
+    assert!(
+        !ran.load(std::sync::atomic::Ordering::SeqCst),
+        "the abandoned body ran"
+    );
+    assert_eq!(store.read(|tx| tx.get(&abandoned_key)).unwrap(), None);
+}
+
+#[test]
 fn a_group_commit_stuck_in_one_transaction_is_reported_stalled() {
     let t = test_store("group-stall");
     let store = t.store.clone();

@@ -545,14 +545,16 @@ pub async fn account_nonces_from_first<E: Endpoint>(
     Err(errors)
 }
 
-/// Reads what `endpoint` shows of the account's `nonce`, used by one of `attempts` or not.
-/// Fails only if the head cannot be read; anything else unreadable is left `None`.
+/// Reads what `endpoint` shows of the account's `nonce`, used by one of `attempts` or not,
+/// and links what used it to a block `confirmations - 1` above (its proven depth). Fails only
+/// if the head cannot be read; anything else unreadable is left `None`.
 pub async fn read_view(
     endpoint: &impl Endpoint,
     account: Address,
     nonce: u64,
     attempts: &[B256],
     recent: Option<&RecentReceipts>,
+    confirmations: u64,
 ) -> Result<EvmView, RpcError> {
     let latest = endpoint
         .request("eth_getBlockByNumber", json!(["latest", false]))
@@ -605,6 +607,7 @@ pub async fn read_view(
                                 },
                                 canonical_hash: Some(hash),
                                 success: Some(receipt.success),
+                                descendant: None,
                             });
                             break 'blocks;
                         }
@@ -647,6 +650,7 @@ pub async fn read_view(
             },
             canonical_hash,
             success: Some(receipt.success),
+            descendant: None,
         };
         let canonical = seen.canonical_hash.as_deref() == Some(seen.block.hash.as_str());
         landed = Some(seen);
@@ -685,6 +689,20 @@ pub async fn read_view(
             landed = Some(user);
         }
     }
+    if let Some(landed) = landed
+        .as_mut()
+        .filter(|l| l.canonical_hash.as_deref() == Some(l.block.hash.as_str()))
+    {
+        let top = landed.block.number.saturating_add(confirmations.max(1) - 1);
+        landed.descendant = if found_in_list {
+            // The walk that found it went down from the head, parent by parent.
+            Some(head.clone())
+        } else if top > landed.block.number && top <= head.number {
+            linked_descendant(endpoint, &landed.block, top).await
+        } else {
+            None
+        };
+    }
     Ok(EvmView {
         endpoint: endpoint.label().to_owned(),
         head,
@@ -692,6 +710,46 @@ pub async fn read_view(
         base_fee,
         landed,
     })
+}
+
+/// The endpoint's block at `top` (read by number), if it links to `block` parent hash by
+/// parent hash: proof, from one chain, that `block` has that many descendants. Each header
+/// by hash is what any node holding it answers, so nodes behind one URL that disagree break
+/// the link rather than make one.
+async fn linked_descendant(
+    endpoint: &impl Endpoint,
+    block: &BlockRef,
+    top: u64,
+) -> Option<BlockRef> {
+    let header = |value: Value| wire::LinkedHeader::deserialize(&value).ok();
+    let first = header(self::block(endpoint, top, false).await.ok()??)?;
+    if first.number != top {
+        return None;
+    }
+    let mut linked = first.clone();
+    while linked.number > block.number + 1 {
+        let parent = endpoint
+            .request(
+                "eth_getBlockByHash",
+                json!([linked.parent_hash.to_string(), false]),
+            )
+            .await
+            .ok()
+            .and_then(header)?;
+        if parent.hash != linked.parent_hash || parent.number.checked_add(1) != Some(linked.number)
+        {
+            return None;
+        }
+        linked = parent;
+    }
+    linked
+        .parent_hash
+        .to_string()
+        .eq_ignore_ascii_case(&block.hash)
+        .then(|| BlockRef {
+            number: first.number,
+            hash: first.hash.to_string(),
+        })
 }
 
 /// The first of `attempts` the endpoint shows, by hash, in a block of its canonical chain (as
@@ -728,6 +786,7 @@ async fn included(
                 canonical_hash: Some(block.hash.clone()),
                 block,
                 success: None,
+                descendant: None,
             });
         }
     }
@@ -827,6 +886,7 @@ async fn in_block(
         canonical_hash: Some(block.hash.clone()),
         block,
         success,
+        descendant: None,
     }))
 }
 
@@ -1085,9 +1145,16 @@ mod tests {
     /// What `node` shows of our operation at nonce 5 (its one attempt, `tx("ab")`), with the
     /// lists and headers kept in `recent` across checks.
     async fn check_ours(node: &impl Endpoint, recent: &RecentReceipts) -> EvmView {
-        read_view(node, ACCOUNT.parse().unwrap(), 5, &[tx("ab")], Some(recent))
-            .await
-            .unwrap()
+        read_view(
+            node,
+            ACCOUNT.parse().unwrap(),
+            5,
+            &[tx("ab")],
+            Some(recent),
+            1,
+        )
+        .await
+        .unwrap()
     }
 
     /// `view` found ours in block 9, canonical there, executed with success.
@@ -1545,7 +1612,7 @@ mod tests {
             ..Loaded::new(Lists::Served)
         });
         let by_receipt = |node| async move {
-            read_view(node, ACCOUNT.parse().unwrap(), 5, &[tx("ab")], None)
+            read_view(node, ACCOUNT.parse().unwrap(), 5, &[tx("ab")], None, 1)
                 .await
                 .unwrap()
         };
@@ -1624,7 +1691,7 @@ mod tests {
         };
         // Nonce 6 is the account's next at the head: nothing of ours can be at or below it.
         let waiting = node(false);
-        let view = read_view(&waiting, ACCOUNT.parse().unwrap(), 6, &[ours], None)
+        let view = read_view(&waiting, ACCOUNT.parse().unwrap(), 6, &[ours], None, 1)
             .await
             .unwrap();
         assert_eq!((view.account_nonce, view.landed), (Some(6), None));
@@ -1637,7 +1704,7 @@ mod tests {
         );
         // Without the account's state, nothing says so: the receipt is asked for.
         let stateless = node(true);
-        read_view(&stateless, ACCOUNT.parse().unwrap(), 6, &[ours], None)
+        read_view(&stateless, ACCOUNT.parse().unwrap(), 6, &[ours], None, 1)
             .await
             .unwrap();
         let asked = stateless.asked.lock().unwrap().clone();
@@ -1659,7 +1726,7 @@ mod tests {
             no_state: false,
             asked: Mutex::default(),
         };
-        let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours], None)
+        let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours], None, 1)
             .await
             .unwrap();
         let landed = view.landed.expect("ours, in block 7");
@@ -1706,7 +1773,7 @@ mod tests {
                 no_state: false,
                 asked: Mutex::default(),
             };
-            let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours], None)
+            let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours], None, 1)
                 .await
                 .unwrap();
             let landed = view.landed.expect("the nonce's user, found in block 7");
@@ -1726,7 +1793,7 @@ mod tests {
                 no_state: false,
                 asked: Mutex::default(),
             };
-            let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours], None)
+            let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours], None, 1)
                 .await
                 .unwrap();
             assert_eq!(
@@ -1746,11 +1813,124 @@ mod tests {
             mixed_receipts: true,
             ..Loaded::new(Lists::Unsupported)
         };
-        let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[tx("ab")], None)
+        let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[tx("ab")], None, 1)
             .await
             .unwrap();
         let landed = view.landed.expect("ours, from its block");
         assert_eq!(landed.tx, tx("ab").to_string());
         assert_eq!(landed.success, None, "its receipt was never answered");
+    }
+
+    /// Two nodes behind one URL, each request answered by one that can: node A at block 10,
+    /// where ours (nonce 5) landed in block 9; node B on another chain from block 9 on, at
+    /// block 20, where another transaction of the account took nonce 5 in block 11. The head
+    /// and the account's nonce come from B; receipts, and blocks up to 10 by number, from A;
+    /// a block by hash from the node that holds it.
+    struct Balanced {
+        ours: B256,
+    }
+
+    impl Balanced {
+        fn hash(chain: &str, n: u64) -> String {
+            match n {
+                ..9 => block_hash(n),
+                _ => format!("0x{chain}{n:062x}"),
+            }
+        }
+
+        fn header(chain: &str, n: u64) -> Value {
+            json!({"number": hex(n), "hash": Self::hash(chain, n),
+                   "parentHash": Self::hash(chain, n.saturating_sub(1)), "transactions": []})
+        }
+    }
+
+    impl Endpoint for Balanced {
+        fn label(&self) -> &str {
+            "http://balanced:8545"
+        }
+
+        async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+            let number = |tag: &Value| match tag.as_str() {
+                Some("latest") => 20,
+                Some(hex) => u64::from_str_radix(&hex[2..], 16).unwrap(),
+                None => unreachable!(),
+            };
+            Ok(match method {
+                "eth_getBlockByNumber" => match number(&params[0]) {
+                    n @ ..=10 => Self::header("aa", n),
+                    n @ ..=20 => Self::header("bb", n),
+                    _ => Value::Null,
+                },
+                "eth_getBlockByHash" => {
+                    let hash = params[0].as_str().unwrap();
+                    (0..=20)
+                        .flat_map(|n| [("aa", n), ("bb", n)])
+                        .filter(|(chain, n)| *chain == "bb" || *n <= 10)
+                        .find(|(chain, n)| Self::hash(chain, *n) == hash)
+                        .map_or(Value::Null, |(chain, n)| Self::header(chain, n))
+                }
+                "eth_getTransactionCount" => {
+                    json!(hex(if number(&params[1]) >= 11 { 6 } else { 5 }))
+                }
+                "eth_getTransactionReceipt" if params[0] == json!(self.ours.to_string()) => {
+                    json!({"transactionHash": self.ours.to_string(), "blockNumber": hex(9),
+                           "blockHash": Self::hash("aa", 9), "status": "0x1"})
+                }
+                "eth_getTransactionReceipt" => Value::Null,
+                other => unreachable!("{other}"),
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_depth_assembled_from_two_nodes_behind_one_url_settles_nothing() {
+        use sigcast_proto::pb;
+        let ours = tx("ab");
+        let op = pb::Operation {
+            op_id: "op".into(),
+            state: pb::OperationState::Sent.into(),
+            chain: "eip155:1".into(),
+            account: ACCOUNT.into(),
+            signing: Some(pb::operation::Signing::Evm(pb::EvmSigning { nonce: 5 })),
+            attempts: vec![pb::Attempt {
+                number: 1,
+                tx_id: ours.to_string(),
+                outcome: pb::AttemptOutcome::Accepted.into(),
+                sends: 1,
+                may_land: true,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let rules = sigcast_protocol::Rules {
+            confirmations: 3,
+            ..Default::default()
+        };
+        let view = read_view(
+            &Balanced { ours },
+            ACCOUNT.parse().unwrap(),
+            5,
+            &[ours],
+            None,
+            3,
+        )
+        .await
+        .unwrap();
+        // Block 9 by number is node A's: ours looks canonical, eleven blocks under B's head.
+        let landed = view.landed.clone().expect("ours, by its receipt");
+        assert_eq!(
+            landed.canonical_hash.as_deref(),
+            Some(landed.block.hash.as_str())
+        );
+        let action = sigcast_protocol::decide(
+            &op,
+            &sigcast_protocol::Evidence::Evm(vec![view]),
+            std::time::SystemTime::now(),
+            &rules,
+        );
+        assert!(
+            !matches!(action, sigcast_protocol::Action::Settle(_)),
+            "settled on a depth no chain has: {action:?}"
+        );
     }
 }

@@ -43,6 +43,11 @@ pub struct EvmLanded {
     pub canonical_hash: Option<String>,
     /// Its execution status (receipt `status`), where its receipt was read.
     pub success: Option<bool>,
+    /// A block above `block` that the endpoint linked to it parent hash by parent hash: the
+    /// depth proven on one chain. A head and an inclusion read apart prove none: nodes behind
+    /// one URL (a load balancer) may each answer from a chain of their own, the head from one
+    /// that never held the block. `None` where no link was read (depth 1 needs none).
+    pub descendant: Option<BlockRef>,
 }
 
 /// Solana commitment levels sigcast reads at.

@@ -18,11 +18,19 @@ pub fn nonce_of(op: &pb::Operation) -> Option<u64> {
     }
 }
 
-/// Whether `landed` is on the view's canonical chain at the confirmation depth.
+/// Whether `landed` is on the view's canonical chain at the confirmation depth, the depth
+/// past the block itself proven by a descendant linked to it.
 fn deep(view: &EvmView, landed: &EvmLanded, rules: &Rules) -> bool {
+    let depth =
+        |top: &crate::BlockRef| (top.number.saturating_add(1)).saturating_sub(landed.block.number);
     landed.canonical_hash.as_deref() == Some(landed.block.hash.as_str())
         && landed.block.number <= view.head.number
-        && view.head.number - landed.block.number + 1 >= rules.confirmations
+        && depth(&view.head) >= rules.confirmations
+        && (rules.confirmations <= 1
+            || landed
+                .descendant
+                .as_ref()
+                .is_some_and(|top| depth(top) >= rules.confirmations))
 }
 
 /// The attempt whose transaction `tx` is.

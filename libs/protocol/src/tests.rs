@@ -110,6 +110,8 @@ fn view(endpoint: &str, head_number: u64, nonce: Option<u64>, landed: Option<&st
             },
             canonical_hash: Some("0xb100".into()),
             success: Some(true),
+            // As one node answers: its head linked down to the block.
+            descendant: (head_number >= 100).then(|| head(head_number)),
         }),
     }
 }
@@ -180,6 +182,46 @@ fn a_landing_off_the_canonical_chain_settles_nothing() {
     assert_eq!(
         decide(&op, &evm(vec![reorged]), at(11), &rules()),
         Action::Wait(Why::Confirming)
+    );
+}
+
+#[test]
+fn a_depth_no_descendant_links_to_the_block_settles_nothing() {
+    // Behind one URL, the head from a node that never held block 100 (another fork), the
+    // receipt and block 100 from one whose tip it is: ten blocks "deep", by no one chain.
+    let op = evm_op(vec![accepted(1, 0)]);
+    let mut assembled = view("http://a:1", 110, Some(8), Some(&tx(1)));
+    assembled.landed.as_mut().unwrap().descendant = None;
+    assert_eq!(
+        decide(&op, &evm(vec![assembled.clone()]), at(11), &rules()),
+        Action::Wait(Why::Confirming)
+    );
+    // Linked, but not as far as the depth: block 101 descends from it, 102 not read.
+    assembled.landed.as_mut().unwrap().descendant = Some(head(101));
+    assert_eq!(
+        decide(&op, &evm(vec![assembled.clone()]), at(11), &rules()),
+        Action::Wait(Why::Confirming)
+    );
+    assembled.landed.as_mut().unwrap().descendant = Some(head(102));
+    assert_eq!(
+        settled(&decide(
+            &op,
+            &evm(vec![assembled.clone()]),
+            at(11),
+            &rules()
+        ))
+        .state,
+        OperationState::Confirmed
+    );
+    // At a depth of one the block itself is the proof.
+    assembled.landed.as_mut().unwrap().descendant = None;
+    let one = Rules {
+        confirmations: 1,
+        ..rules()
+    };
+    assert_eq!(
+        settled(&decide(&op, &evm(vec![assembled]), at(11), &one)).state,
+        OperationState::Confirmed
     );
 }
 

@@ -73,6 +73,7 @@ pub(crate) async fn read_view(
     op: &pb::Operation,
     chain: &Chain,
     recent: Option<&sigcast_evm::evidence::RecentReceipts>,
+    confirmations: u64,
 ) -> Option<View> {
     match ChainId::parse(&op.chain).ok()? {
         ChainId::Evm { chain_id } => {
@@ -111,8 +112,15 @@ pub(crate) async fn read_view(
                 .iter()
                 .filter_map(|a| a.tx_id.parse().ok())
                 .collect();
-            match sigcast_evm::evidence::read_view(endpoint, account, nonce, &attempts, recent)
-                .await
+            match sigcast_evm::evidence::read_view(
+                endpoint,
+                account,
+                nonce,
+                &attempts,
+                recent,
+                confirmations,
+            )
+            .await
             {
                 Ok(view) => Some(View::Evm(view)),
                 Err(error) => {
@@ -331,7 +339,7 @@ mod tests {
         // Configured (or known by name): another genesis is refused, before anything else.
         let other = node("GenesisOfAnotherCluster");
         assert!(
-            read_view(&other, &solana_op(), &solana(Some("OurGenesis")), None)
+            read_view(&other, &solana_op(), &solana(Some("OurGenesis")), None, 1)
                 .await
                 .is_none()
         );
@@ -341,7 +349,8 @@ mod tests {
                 &node("OurGenesis"),
                 &solana_op(),
                 &solana(Some("OurGenesis")),
-                None
+                None,
+                1
             )
             .await
             .is_some()
@@ -350,7 +359,7 @@ mod tests {
         // here the configured one does not answer, so no endpoint's view counts.
         let unpinned = solana(None);
         assert!(
-            read_view(&node("First"), &solana_op(), &unpinned, None)
+            read_view(&node("First"), &solana_op(), &unpinned, None, 1)
                 .await
                 .is_none()
         );
@@ -364,7 +373,7 @@ mod tests {
             .expecting_cluster("devnet", None),
         );
         assert!(
-            read_view(&node("First"), &solana_op(), &devnet, None)
+            read_view(&node("First"), &solana_op(), &devnet, None, 1)
                 .await
                 .is_none()
         );
@@ -377,7 +386,7 @@ mod tests {
             genesis: "",
             asked: Mutex::default(),
         };
-        assert!(read_view(&node, &op(), &evm(), None).await.is_none());
+        assert!(read_view(&node, &op(), &evm(), None, 1).await.is_none());
         assert_eq!(*node.asked.lock().unwrap(), ["eth_chainId"]);
     }
 
@@ -388,7 +397,7 @@ mod tests {
             genesis: "",
             asked: Mutex::default(),
         };
-        let Some(View::Evm(view)) = read_view(&node, &op(), &evm(), None).await else {
+        let Some(View::Evm(view)) = read_view(&node, &op(), &evm(), None, 1).await else {
             panic!("no view");
         };
         assert_eq!(view.head.number, 5);

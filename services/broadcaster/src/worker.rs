@@ -497,7 +497,7 @@ impl Worker {
         let mut next = endpoints.iter();
         while let Action::ReadMore(_) = action {
             let Some(endpoint) = next.next() else { break };
-            match chains::read_view(endpoint, &op, chain, recent).await {
+            match chains::read_view(endpoint, &op, chain, recent, self.rules.confirmations).await {
                 Some(View::Evm(view)) => match &mut evidence {
                     Evidence::Evm(views) => views.push(view),
                     _ => evidence = Evidence::Evm(vec![view]),

@@ -43,7 +43,9 @@ pub(crate) async fn reconcile(
         ..Rules::default()
     };
     let (evidence, facts, attempts) = match Chain::parse(&op.chain) {
-        Ok(Chain::Evm { chain_id }) => evm(op, chain_id, &EvmRpc::new(urls, timeout)?).await?,
+        Ok(Chain::Evm { chain_id }) => {
+            evm(op, chain_id, &EvmRpc::new(urls, timeout)?, confirmations).await?
+        }
         Ok(Chain::Solana { .. }) => solana(op, &SolanaRpc::new(urls, timeout)?).await?,
         Err(rule) => bail!("chain {}: {rule}", op.chain),
     };
@@ -61,7 +63,7 @@ fn state(op: &pb::Operation) -> &'static str {
 
 type Read = (Evidence, Vec<(String, String)>, Vec<(String, String)>);
 
-async fn evm(op: &pb::Operation, chain_id: u64, rpc: &EvmRpc) -> Result<Read> {
+async fn evm(op: &pb::Operation, chain_id: u64, rpc: &EvmRpc, confirmations: u64) -> Result<Read> {
     let account: Address = op.account.parse().context("the operation's account")?;
     let nonce =
         sigcast_protocol::evm::nonce_of(op).context("an EVM operation without its nonce")?;
@@ -92,7 +94,16 @@ async fn evm(op: &pb::Operation, chain_id: u64, rpc: &EvmRpc) -> Result<Read> {
                 continue;
             }
         }
-        match sigcast_evm::evidence::read_view(&endpoint, account, nonce, &hashes, None).await {
+        match sigcast_evm::evidence::read_view(
+            &endpoint,
+            account,
+            nonce,
+            &hashes,
+            None,
+            confirmations,
+        )
+        .await
+        {
             Ok(view) => views.push(view),
             Err(error) => facts.push(("unreadable".into(), error.to_string())),
         }

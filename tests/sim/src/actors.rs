@@ -1010,8 +1010,15 @@ async fn work_on(
             let recent = (nonce + index as u64)
                 .is_multiple_of(2)
                 .then_some(shared_lists.unwrap_or(&lists));
-            let Ok(view) =
-                sigcast_evm::evidence::read_view(endpoint, account, nonce, &hashes, recent).await
+            let Ok(view) = sigcast_evm::evidence::read_view(
+                endpoint,
+                account,
+                nonce,
+                &hashes,
+                recent,
+                world.rules.confirmations,
+            )
+            .await
             else {
                 continue;
             };

@@ -283,6 +283,7 @@ impl Model {
             hash: block_hash(chain.len(), chain.last().map_or(0, |b| b.1)),
         };
         let landed = Self::landed(chain);
+        let top = head.clone();
         EvmView {
             endpoint: ENDPOINT.into(),
             head,
@@ -301,6 +302,8 @@ impl Model {
                         },
                         canonical_hash: Some(hash),
                         success: (read != Read::NoReceipt).then_some(true),
+                        // One chain answers every read: the head descends from the block.
+                        descendant: Some(top),
                     })
                 }
             },

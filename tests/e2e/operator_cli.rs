@@ -59,6 +59,14 @@ async fn the_operator_cli_inspects_watches_audits_reconciles_and_cancels() {
             .unwrap();
     }
 
+    // A wait no clock can hold is bad input (exit 2), not a panic.
+    let refused = fails(
+        &stack,
+        2,
+        &["--timeout", "18446744073709551615", "op", "watch", "cli-a"],
+    );
+    assert!(refused.contains("--timeout"), "{refused}");
+
     // watch: one line per revision, ending CONFIRMED, exit 0.
     let watched = ok(&stack, &["op", "watch", "cli-a"]);
     let last = watched.lines().last().unwrap();

@@ -29,6 +29,9 @@ mod reconcile;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+/// The longest `--timeout`: a deadline past what a clock can hold would end the CLI in a panic.
+const MAX_TIMEOUT_SECS: u64 = 365 * 24 * 3600;
+
 /// sigcast operator tools.
 #[derive(Debug, Parser)]
 #[command(
@@ -52,8 +55,8 @@ struct Args {
     #[arg(long, global = true)]
     json: bool,
     /// Seconds each call may take (default 30); for `op watch`, how long to wait for a
-    /// terminal state (default: until it is one).
-    #[arg(long, global = true)]
+    /// terminal state (default: until it is one). At most a year.
+    #[arg(long, global = true, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_SECS))]
     timeout: Option<u64>,
     /// CA of the gateway's certificate (PEM): TLS to the gateway.
     #[arg(long, global = true, env = "SIGCAST_TLS_CA")]
@@ -295,7 +298,9 @@ async fn run(gateway: &str, how: &client::Connection, json: bool, command: Comma
                     signer_key,
                 },
         } => {
-            let keys = client::signer_keys(&signer, signer_ca, signer_cert, signer_key).await?;
+            let keys =
+                client::signer_keys(&signer, signer_ca, signer_cert, signer_key, how.timeout)
+                    .await?;
             out.keys(&keys)
         }
         Command::DeriveOpId { .. } | Command::Completions { .. } => {

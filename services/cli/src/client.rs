@@ -339,44 +339,66 @@ impl Gateway {
     }
 }
 
-/// The signer's keys, over its Unix socket or mutual TLS.
+/// The signer's keys, over its Unix socket or mutual TLS, within `timeout` (default 30 s).
 pub(crate) async fn signer_keys(
     url: &str,
     ca: Option<std::path::PathBuf>,
     cert: Option<std::path::PathBuf>,
     key: Option<std::path::PathBuf>,
+    timeout: Option<Duration>,
 ) -> Result<Vec<signer::SignerKey>> {
-    let channel = if let Some(path) = url.strip_prefix("unix:") {
-        sigcast_proto::unix_channel(path)
-            .await
-            .with_context(|| format!("connecting to the signer at {url}"))?
-    } else {
-        let mut endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())
-            .with_context(|| format!("signer address {url:?}"))?;
-        if let (Some(ca), Some(cert), Some(key)) = (ca, cert, key) {
-            let read = |p: &std::path::Path| {
-                std::fs::read(p).with_context(|| format!("reading {}", p.display()))
-            };
-            endpoint = endpoint.tls_config(
-                tonic::transport::ClientTlsConfig::new()
-                    .ca_certificate(tonic::transport::Certificate::from_pem(read(&ca)?))
-                    .identity(tonic::transport::Identity::from_pem(
-                        read(&cert)?,
-                        read(&key)?,
-                    )),
-            )?;
-        }
-        endpoint
-            .connect()
-            .await
-            .with_context(|| format!("connecting to the signer at {url}"))?
+    let https = url.starts_with("https://");
+    let tls = match (ca, cert, key) {
+        (None, None, None) if !https => None,
+        (Some(ca), Some(cert), Some(key)) if https => Some((ca, cert, key)),
+        // Ignored, they would leave the call unauthenticated, or fail it obscurely.
+        _ => bail!(
+            "--signer-ca, --signer-cert and --signer-key go together, with an https:// signer \
+             (which authenticates callers by certificate); a unix: signer takes none, not {url}"
+        ),
     };
-    Ok(
-        signer::signer_service_client::SignerServiceClient::new(channel)
-            .list_keys(signer::ListKeysRequest {})
-            .await
-            .map_err(|s| status("ListKeys", s))?
-            .into_inner()
-            .keys,
-    )
+    let timeout = timeout.unwrap_or(DEFAULT_CALL_TIMEOUT);
+    let list = async {
+        let channel = if let Some(path) = url.strip_prefix("unix:") {
+            sigcast_proto::unix_channel(path)
+                .await
+                .with_context(|| format!("connecting to the signer at {url}"))?
+        } else {
+            let mut endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())
+                .with_context(|| format!("signer address {url:?}"))?
+                .connect_timeout(Duration::from_secs(5));
+            if let Some((ca, cert, key)) = tls {
+                let read = |p: &std::path::Path| {
+                    std::fs::read(p).with_context(|| format!("reading {}", p.display()))
+                };
+                endpoint = endpoint.tls_config(
+                    tonic::transport::ClientTlsConfig::new()
+                        .ca_certificate(tonic::transport::Certificate::from_pem(read(&ca)?))
+                        .identity(tonic::transport::Identity::from_pem(
+                            read(&cert)?,
+                            read(&key)?,
+                        )),
+                )?;
+            }
+            endpoint
+                .connect()
+                .await
+                .with_context(|| format!("connecting to the signer at {url}"))?
+        };
+        anyhow::Ok(
+            signer::signer_service_client::SignerServiceClient::new(channel)
+                .list_keys(signer::ListKeysRequest {})
+                .await
+                .map_err(|s| status("ListKeys", s))?
+                .into_inner()
+                .keys,
+        )
+    };
+    match tokio::time::timeout(timeout, list).await {
+        Ok(keys) => keys,
+        Err(_) => Err(status(
+            "ListKeys",
+            tonic::Status::deadline_exceeded(format!("no answer from {url} within {timeout:?}")),
+        )),
+    }
 }

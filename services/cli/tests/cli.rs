@@ -70,3 +70,36 @@ fn tls_options_for_a_plaintext_gateway_are_refused_not_ignored() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("need an https:// gateway"), "{stderr}");
 }
+
+#[test]
+fn signer_tls_options_are_all_or_none_and_only_for_an_https_signer() {
+    for args in [
+        // Partial: the call would go unauthenticated, or fail obscurely.
+        &[
+            "--signer",
+            "https://127.0.0.1:1",
+            "--signer-ca",
+            "/nonexistent/ca.pem",
+        ][..],
+        // For a plaintext or local signer: ignored, never presented.
+        &[
+            "--signer",
+            "http://127.0.0.1:1",
+            "--signer-ca",
+            "/nonexistent/ca.pem",
+            "--signer-cert",
+            "/nonexistent/cert.pem",
+            "--signer-key",
+            "/nonexistent/key.pem",
+        ][..],
+        // An https signer authenticates callers by certificate.
+        &["--signer", "https://127.0.0.1:1"][..],
+    ] {
+        let mut command = vec!["keys", "list"];
+        command.extend_from_slice(args);
+        let output = sigcast(&command);
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("go together"), "{args:?}: {stderr}");
+    }
+}

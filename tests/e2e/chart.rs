@@ -208,6 +208,12 @@ fn the_chart_lints_renders_validates_and_configures_each_service() {
     );
     let broadcaster = f["configs"]["broadcaster.toml"].as_str().unwrap();
     assert!(broadcaster.contains("signer_url = \"https://sigcast-signer.payments.svc:50054\""));
+    // Operators read any operation and its audit trail (`sigcast op get`, `sigcast audit`).
+    let gateway = f["configs"]["gateway.toml"].as_str().unwrap();
+    assert!(
+        gateway.contains("operators = [\"spiffe://corp.example/ns/ops/sa/oncall\"]\n"),
+        "{gateway}"
+    );
     // One depth for both: the signer skips another sender's nonce only at the depth the
     // broadcaster settles on.
     assert!(

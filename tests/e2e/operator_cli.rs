@@ -166,7 +166,11 @@ async fn the_operator_cli_inspects_watches_audits_reconciles_and_cancels() {
     // Refusals: the gRPC code and the server's message.
     // Exit statuses a script can branch on: 5 refused, 3 not found, 1 any other error.
     assert!(fails(&stack, 5, &["op", "cancel", "cli-a"]).contains("FailedPrecondition"));
-    assert!(fails(&stack, 3, &["op", "get", "no-such-op"]).contains("NotFound"));
+    let absent = fails(&stack, 3, &["op", "get", "no-such-op"]);
+    assert!(
+        absent.contains("NotFound") && absent.contains("operators"),
+        "{absent}"
+    );
     assert!(fails(&stack, 1, &["op", "list", "--state", "bogus"]).contains("--state"));
     assert!(fails(&stack, 5, &["audit", "bad op id!"]).contains("InvalidArgument"));
     // 4: nothing listens there.

@@ -71,7 +71,13 @@ fn status(what: &str, status: tonic::Status) -> anyhow::Error {
             );
             Outcome::Unavailable
         }
-        Code::NotFound => Outcome::NotFound,
+        Code::NotFound => {
+            message.push_str(
+                " (a gateway that authenticates callers shows each only its own operations; an \
+                 identity in its `operators` sees any)",
+            );
+            Outcome::NotFound
+        }
         Code::Unavailable
         | Code::DeadlineExceeded
         | Code::Cancelled

@@ -363,18 +363,31 @@ impl Gateway {
         }
     }
 
-    /// `caller`'s operation `op_id`; another caller's is NOT_FOUND, as if it did not exist.
+    /// `caller`'s operation `op_id`, to read: any operation for an operator (who inspects
+    /// what callers report, and told "not found" might have the payment submitted again);
+    /// another caller's is NOT_FOUND, as if it did not exist.
     async fn get(&self, caller: &str, op_id: &str) -> Result<pb::Operation> {
+        self.read(caller, op_id, self.is_operator(caller)).await
+    }
+
+    /// `caller`'s own operation `op_id`, to change; another caller's is NOT_FOUND.
+    async fn get_own(&self, caller: &str, op_id: &str) -> Result<pb::Operation> {
+        self.read(caller, op_id, false).await
+    }
+
+    async fn read(&self, caller: &str, op_id: &str, any_caller: bool) -> Result<pb::Operation> {
         let op_id = parse_op_id("op_id", op_id)
             .map_err(Error::invalid)?
             .to_string();
-        self.may_read(caller)?;
+        if !any_caller {
+            self.may_read(caller)?;
+        }
         let root = self.store.root().clone();
         let id = op_id.clone();
         self.store
             .read_point(move |tx| operations::get(tx, &root, &id))
             .await?
-            .filter(|op| op.caller == caller)
+            .filter(|op| any_caller || op.caller == caller)
             .ok_or(Error::NotFound(op_id))
     }
 
@@ -479,8 +492,9 @@ impl Gateway {
         let op_id = parse_op_id("op_id", op_id)
             .map_err(Error::invalid)?
             .to_string();
-        // Only its own operation (another caller's is not found), and only if it may cancel.
-        let read = self.get(caller, &op_id).await?;
+        // Only its own operation (another caller's is not found, an operator's reading aside),
+        // and only if it may cancel.
+        let read = self.get_own(caller, &op_id).await?;
         Callers(&self.callers)
             .may_cancel(caller)
             .map_err(|v| Error::CallerDenied { rule: v.0 })?;

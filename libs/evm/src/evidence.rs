@@ -712,44 +712,31 @@ pub async fn read_view(
     })
 }
 
-/// The endpoint's block at `top` (read by number), if it links to `block` parent hash by
-/// parent hash: proof, from one chain, that `block` has that many descendants. Each header
-/// by hash is what any node holding it answers, so nodes behind one URL that disagree break
-/// the link rather than make one.
+/// The endpoint's block at `top`, if the blocks above `block` up to it (read by number) link
+/// to it parent hash by parent hash: proof, from one chain, that `block` has that many
+/// descendants. Nodes behind one URL that each answer from a chain of their own break the
+/// link rather than make one. (Headers by number are what a pass keeps, without their
+/// transactions: the blocks of many operations' links are read once.)
 async fn linked_descendant(
     endpoint: &impl Endpoint,
     block: &BlockRef,
     top: u64,
 ) -> Option<BlockRef> {
-    let header = |value: Value| wire::LinkedHeader::deserialize(&value).ok();
-    let first = header(self::block(endpoint, top, false).await.ok()??)?;
-    if first.number != top {
-        return None;
-    }
-    let mut linked = first.clone();
-    while linked.number > block.number + 1 {
-        let parent = endpoint
-            .request(
-                "eth_getBlockByHash",
-                json!([linked.parent_hash.to_string(), false]),
-            )
-            .await
-            .ok()
-            .and_then(header)?;
-        if parent.hash != linked.parent_hash || parent.number.checked_add(1) != Some(linked.number)
-        {
+    let mut linked = None;
+    let mut below = block.hash.clone();
+    for number in block.number.checked_add(1)?..=top {
+        let value = self::block(endpoint, number, false).await.ok()??;
+        let header = wire::LinkedHeader::deserialize(&value).ok()?;
+        if header.number != number || !header.parent_hash.to_string().eq_ignore_ascii_case(&below) {
             return None;
         }
-        linked = parent;
+        below = header.hash.to_string();
+        linked = Some(BlockRef {
+            number,
+            hash: below.clone(),
+        });
     }
     linked
-        .parent_hash
-        .to_string()
-        .eq_ignore_ascii_case(&block.hash)
-        .then(|| BlockRef {
-            number: first.number,
-            hash: first.hash.to_string(),
-        })
 }
 
 /// The first of `attempts` the endpoint shows, by hash, in a block of its canonical chain (as
@@ -1828,6 +1815,8 @@ mod tests {
     /// a block by hash from the node that holds it.
     struct Balanced {
         ours: B256,
+        /// Node A alone answers, its chain grown to block 20 over ours (one honest node).
+        one_node: bool,
     }
 
     impl Balanced {
@@ -1856,6 +1845,13 @@ mod tests {
                 None => unreachable!(),
             };
             Ok(match method {
+                "eth_getBlockByNumber" if self.one_node => match number(&params[0]) {
+                    n @ ..=20 => Self::header("aa", n),
+                    _ => Value::Null,
+                },
+                "eth_getTransactionCount" if self.one_node => {
+                    json!(hex(if number(&params[1]) >= 9 { 6 } else { 5 }))
+                }
                 "eth_getBlockByNumber" => match number(&params[0]) {
                     n @ ..=10 => Self::header("aa", n),
                     n @ ..=20 => Self::header("bb", n),
@@ -1906,8 +1902,20 @@ mod tests {
             confirmations: 3,
             ..Default::default()
         };
+        let decided = |view: EvmView| {
+            sigcast_protocol::decide(
+                &op,
+                &sigcast_protocol::Evidence::Evm(vec![view]),
+                std::time::SystemTime::now(),
+                &rules,
+            )
+        };
+        let behind_one_url = Balanced {
+            ours,
+            one_node: false,
+        };
         let view = read_view(
-            &Balanced { ours },
+            &behind_one_url,
             ACCOUNT.parse().unwrap(),
             5,
             &[ours],
@@ -1922,15 +1930,24 @@ mod tests {
             landed.canonical_hash.as_deref(),
             Some(landed.block.hash.as_str())
         );
-        let action = sigcast_protocol::decide(
-            &op,
-            &sigcast_protocol::Evidence::Evm(vec![view]),
-            std::time::SystemTime::now(),
-            &rules,
-        );
+        let action = decided(view);
         assert!(
             !matches!(action, sigcast_protocol::Action::Settle(_)),
             "settled on a depth no chain has: {action:?}"
+        );
+        // One node whose chain grew over ours links it, and settles.
+        let one_node = Balanced {
+            ours,
+            one_node: true,
+        };
+        let view = read_view(&one_node, ACCOUNT.parse().unwrap(), 5, &[ours], None, 3)
+            .await
+            .unwrap();
+        let descendant = view.landed.as_ref().and_then(|l| l.descendant.clone());
+        assert_eq!(descendant.map(|d| d.number), Some(11));
+        assert!(
+            matches!(decided(view), sigcast_protocol::Action::Settle(_)),
+            "a proven depth settles"
         );
     }
 }

@@ -51,7 +51,7 @@ pub(crate) struct BlockHeader {
 }
 
 /// A block's header with its parent: the line of blocks a head descends from.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct LinkedHeader {
     #[serde(deserialize_with = "quantity")]

@@ -95,6 +95,10 @@ pub enum Why {
     /// The account's nonce is past the operation's, and no transaction at its nonce was
     /// identified: nothing is settled from absence.
     NonceUsedUnidentified,
+    /// A transaction at its nonce is deep enough under the endpoint's head, but the endpoint
+    /// did not link the blocks above it to its block: the depth is unproven there (nodes
+    /// behind one URL on chains of their own, or headers unreadable); read elsewhere.
+    DepthUnproven,
     /// Endpoints disagree about what used the nonce.
     Conflicting,
     /// A read failed or an answer was malformed.
@@ -128,6 +132,9 @@ impl fmt::Display for Why {
             Self::ReceiptMissing => f.write_str("landed, receipt not readable yet"),
             Self::NonceUsedUnidentified => {
                 f.write_str("nonce used, the transaction that used it not identified")
+            }
+            Self::DepthUnproven => {
+                f.write_str("landed, its depth not linked to the block on that endpoint")
             }
             Self::Conflicting => f.write_str("endpoints disagree about what used the nonce"),
             Self::Unreadable => f.write_str("a read failed"),

@@ -18,19 +18,37 @@ pub fn nonce_of(op: &pb::Operation) -> Option<u64> {
     }
 }
 
-/// Whether `landed` is on the view's canonical chain at the confirmation depth, the depth
-/// past the block itself proven by a descendant linked to it.
-fn deep(view: &EvmView, landed: &EvmLanded, rules: &Rules) -> bool {
-    let depth =
+/// How deep `landed` is on the view's chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Depth {
+    /// Off the view's canonical chain, or not yet at the confirmation depth under its head.
+    Shallow,
+    /// At the depth under the head, but no descendant that deep was linked to its block: the
+    /// head and the block may be of two chains (nodes behind one URL).
+    Unproven,
+    /// On the canonical chain at the confirmation depth, the depth past the block itself
+    /// proven by a descendant linked to it.
+    Deep,
+}
+
+fn depth(view: &EvmView, landed: &EvmLanded, rules: &Rules) -> Depth {
+    let under =
         |top: &crate::BlockRef| (top.number.saturating_add(1)).saturating_sub(landed.block.number);
-    landed.canonical_hash.as_deref() == Some(landed.block.hash.as_str())
-        && landed.block.number <= view.head.number
-        && depth(&view.head) >= rules.confirmations
-        && (rules.confirmations <= 1
-            || landed
-                .descendant
-                .as_ref()
-                .is_some_and(|top| depth(top) >= rules.confirmations))
+    if landed.canonical_hash.as_deref() != Some(landed.block.hash.as_str())
+        || landed.block.number > view.head.number
+        || under(&view.head) < rules.confirmations
+    {
+        Depth::Shallow
+    } else if rules.confirmations <= 1
+        || landed
+            .descendant
+            .as_ref()
+            .is_some_and(|top| under(top) >= rules.confirmations)
+    {
+        Depth::Deep
+    } else {
+        Depth::Unproven
+    }
 }
 
 /// The attempt whose transaction `tx` is.
@@ -56,12 +74,19 @@ pub(crate) fn decide_sent(
     // Positive evidence anywhere settles, unless another endpoint shows another transaction
     // at the nonce just as deep (a fork between endpoints: wait for it to resolve).
     let mut settled: Option<(&EvmView, &EvmLanded)> = None;
-    let mut shallow = false;
+    let (mut shallow, mut unproven) = (false, false);
     for view in views {
         let Some(landed) = &view.landed else { continue };
-        if !deep(view, landed, rules) {
-            shallow = true;
-            continue;
+        match depth(view, landed, rules) {
+            Depth::Deep => {}
+            Depth::Shallow => {
+                shallow = true;
+                continue;
+            }
+            Depth::Unproven => {
+                unproven = true;
+                continue;
+            }
         }
         match settled {
             Some((_, first)) if !first.tx.eq_ignore_ascii_case(&landed.tx) => {
@@ -84,6 +109,10 @@ pub(crate) fn decide_sent(
             },
             None => Action::Settle(foreign(op, nonce, view, landed, now)),
         };
+    }
+    // Another endpoint may prove the depth this one could not.
+    if unproven {
+        return Action::ReadMore(Why::DepthUnproven);
     }
     if shallow {
         return Action::Wait(Why::Confirming);

@@ -189,18 +189,31 @@ fn a_landing_off_the_canonical_chain_settles_nothing() {
 fn a_depth_no_descendant_links_to_the_block_settles_nothing() {
     // Behind one URL, the head from a node that never held block 100 (another fork), the
     // receipt and block 100 from one whose tip it is: ten blocks "deep", by no one chain.
+    // Another endpoint may prove it: read on.
     let op = evm_op(vec![accepted(1, 0)]);
     let mut assembled = view("http://a:1", 110, Some(8), Some(&tx(1)));
     assembled.landed.as_mut().unwrap().descendant = None;
     assert_eq!(
         decide(&op, &evm(vec![assembled.clone()]), at(11), &rules()),
-        Action::Wait(Why::Confirming)
+        Action::ReadMore(Why::DepthUnproven)
     );
     // Linked, but not as far as the depth: block 101 descends from it, 102 not read.
     assembled.landed.as_mut().unwrap().descendant = Some(head(101));
     assert_eq!(
         decide(&op, &evm(vec![assembled.clone()]), at(11), &rules()),
-        Action::Wait(Why::Confirming)
+        Action::ReadMore(Why::DepthUnproven)
+    );
+    // One that does settles it.
+    let proven = view("http://b:1", 110, Some(8), Some(&tx(1)));
+    assert_eq!(
+        settled(&decide(
+            &op,
+            &evm(vec![assembled.clone(), proven]),
+            at(11),
+            &rules()
+        ))
+        .state,
+        OperationState::Confirmed
     );
     assembled.landed.as_mut().unwrap().descendant = Some(head(102));
     assert_eq!(

@@ -72,8 +72,12 @@ fn lock_memory() {
             }
         }
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        // A capability held in a user namespace of its own (rootless containers) is not the
+        // one the memlock limit yields to.
+        let uid_map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+        let ipc_lock = holds_ipc_lock(&status) && in_initial_user_namespace(&uid_map);
         let finite = (limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur);
-        if !may_lock_all_memory(finite, holds_ipc_lock(&status)) {
+        if !may_lock_all_memory(finite, ipc_lock) {
             tracing::warn!(
                 memlock_limit_bytes = limit.rlim_cur,
                 "memory not locked: under a finite RLIMIT_MEMLOCK the signer would fail once it \
@@ -93,6 +97,12 @@ fn lock_memory() {
 /// the process. Only where no limit binds: none set, or CAP_IPC_LOCK held.
 fn may_lock_all_memory(limit: Option<u64>, holds_ipc_lock: bool) -> bool {
     limit.is_none() || holds_ipc_lock
+}
+
+/// Whether `/proc/self/uid_map` (its text) is the initial user namespace's: every uid mapped
+/// to itself.
+fn in_initial_user_namespace(uid_map: &str) -> bool {
+    uid_map.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"]
 }
 
 /// Whether `/proc/self/status` (its text) gives this process CAP_IPC_LOCK in effect.
@@ -362,6 +372,13 @@ mod tests {
         assert!(!holds_ipc_lock(&status("0000000000000000")));
         assert!(!holds_ipc_lock(&status("000001fffeffbfff")));
         assert!(!holds_ipc_lock("no such line"));
+        assert!(in_initial_user_namespace(
+            "         0          0 4294967295\n"
+        ));
+        assert!(!in_initial_user_namespace(
+            "         0       1000          1\n"
+        ));
+        assert!(!in_initial_user_namespace(""));
     }
     use std::time::Duration;
     use tonic_health::pb::health_check_response::ServingStatus as Status;

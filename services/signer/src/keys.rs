@@ -375,6 +375,7 @@ pub fn import_key_file(dir: &Path, key_file: &Path, passphrase: &str) -> Result<
         .map_err(|_| file_error("not a valid secp256k1 key".into()))?
         .address();
     create_dir(dir)?;
+    opens_with_the_same_passphrase(dir, passphrase)?;
     let name = format!("{address}.json");
     if dir.join(&name).exists() {
         return Err(KeyError::File {
@@ -421,6 +422,7 @@ pub fn generate_keystore_key(
 ) -> Result<String, KeyError> {
     use rand::RngCore;
     create_dir(dir)?;
+    opens_with_the_same_passphrase(dir, passphrase)?;
     let mut seed = Zeroizing::new([0u8; 32]);
     rand::rngs::OsRng.fill_bytes(seed.as_mut());
     let (account, name) = if ed25519 {
@@ -460,9 +462,41 @@ fn create_dir(dir: &Path) -> Result<(), KeyError> {
     }
 }
 
+/// Refuses a passphrase that does not open the keystores already in `dir`: the signer loads
+/// them all with one, and stops at the first it cannot open, so a keystore written with
+/// another would stop every signer of the directory at its next start. (One is tried: the
+/// first by name.)
+fn opens_with_the_same_passphrase(dir: &Path, passphrase: &str) -> Result<(), KeyError> {
+    let listed = std::fs::read_dir(dir).map_err(|e| KeyError::Dir {
+        dir: dir.into(),
+        reason: e.to_string(),
+    })?;
+    let mut keystores: Vec<_> = listed
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().and_then(|e| e.to_str()) == Some("json"))
+        .collect();
+    keystores.sort();
+    let Some(first) = keystores.first() else {
+        return Ok(());
+    };
+    eth_keystore::decrypt_key(first, passphrase)
+        .map(Zeroizing::new)
+        .map(drop)
+        .map_err(|e| KeyError::File {
+            file: first.clone(),
+            reason: format!(
+                "{e}: a new keystore must open with the passphrase of those already in {} (the \
+                 signer loads them all with one); nothing was written",
+                dir.display()
+            ),
+        })
+}
+
 /// Encrypts `secret` with `passphrase` into the keystore file `dir/name`, readable by its
 /// owner alone: encrypted, but one other local users can read is one they can try
-/// passphrases against offline.
+/// passphrases against offline. Written whole and synced under a name the signer does not
+/// load, then linked into place: a crash or a full disk leaves no half-written keystore under
+/// the account's name (which the signer would refuse to start with, and an import to replace).
 fn write_keystore(dir: &Path, name: &str, secret: &[u8], passphrase: &str) -> Result<(), KeyError> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = dir.join(name);
@@ -470,17 +504,35 @@ fn write_keystore(dir: &Path, name: &str, secret: &[u8], passphrase: &str) -> Re
         file: file.clone(),
         reason: e,
     };
-    // Made 0600 before a byte is written (eth-keystore's File::create then keeps the mode),
-    // and only if absent: a keystore is never overwritten, even by a concurrent import.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&file)
-        .map_err(|e| failed(e.to_string()))?;
-    eth_keystore::encrypt_key(dir, &mut rand::thread_rng(), secret, passphrase, Some(name))
-        .map(drop)
-        .map_err(|e| failed(e.to_string()))
+    let partial_name = format!(".{name}.{}.partial", std::process::id());
+    let partial = dir.join(&partial_name);
+    // A leftover of this pid's earlier life: never a keystore the signer loads.
+    let _ = std::fs::remove_file(&partial);
+    let written = (|| -> std::io::Result<()> {
+        // Made 0600 before a byte is written (eth-keystore's File::create then keeps the mode).
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&partial)?;
+        eth_keystore::encrypt_key(
+            dir,
+            &mut rand::thread_rng(),
+            secret,
+            passphrase,
+            Some(&partial_name),
+        )
+        .map_err(std::io::Error::other)?;
+        std::fs::File::open(&partial)?.sync_all()?;
+        // Only if absent: a keystore is never overwritten, even by a concurrent import.
+        std::fs::hard_link(&partial, &file)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    let _ = std::fs::remove_file(&partial);
+    written.map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => failed("a keystore for this account exists".into()),
+        _ => failed(e.to_string()),
+    })
 }
 
 /// Writes keystores for the first `count` dev keys into `dir`, encrypted with `passphrase`:
@@ -492,10 +544,15 @@ fn import_dev_keys<A>(
     key: impl Fn(u32) -> Result<(A, String, Zeroizing<[u8; 32]>), KeyError>,
 ) -> Result<Vec<A>, KeyError> {
     create_dir(dir)?;
+    let mut checked = false;
     (0..count)
         .map(|index| {
             let (account, name, secret) = key(index)?;
             if !dir.join(&name).exists() {
+                if !checked {
+                    opens_with_the_same_passphrase(dir, passphrase)?;
+                    checked = true;
+                }
                 write_keystore(dir, &name, secret.as_slice(), passphrase)?;
             }
             Ok(account)

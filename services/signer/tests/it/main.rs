@@ -109,6 +109,83 @@ fn an_existing_key_is_imported_into_an_encrypted_keystore() {
     );
 }
 
+#[test]
+fn a_keystore_another_passphrase_would_open_never_joins_the_directory() {
+    // The signer opens every keystore with one passphrase and stops at the first it cannot:
+    // one written with another would stop every signer of the directory at its next start.
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    let key_file = dir.path().join("key.hex");
+    std::fs::write(
+        &key_file,
+        "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba\n",
+    )
+    .unwrap();
+    let run = |args: &[&str], passphrase: &str| {
+        signer()
+            .args(args)
+            .env("SIGCAST_SIGNER__KEYSTORE_DIR", &keys)
+            .env("SIGCAST_SIGNER_PASSPHRASE", passphrase)
+            .output()
+            .unwrap()
+    };
+    let first = run(&["keys", "import-dev", "--count", "1"], "first");
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    for args in [
+        &["keys", "import", "--key-file", key_file.to_str().unwrap()][..],
+        &[
+            "keys",
+            "generate",
+            "--backend",
+            "keystore",
+            "--algorithm",
+            "ed25519",
+        ][..],
+        &["keys", "import-dev", "--count", "2"][..],
+    ] {
+        let refused = run(args, "second");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            !refused.status.success() && stderr.contains("nothing was written"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let files: Vec<_> = std::fs::read_dir(&keys).unwrap().collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let listed = run(&["keys", "list"], "first");
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    // With the directory's passphrase, a new key joins it.
+    let imported = run(
+        &["keys", "import", "--key-file", key_file.to_str().unwrap()],
+        "first",
+    );
+    assert!(
+        imported.status.success(),
+        "{}",
+        String::from_utf8_lossy(&imported.stderr)
+    );
+    let files: Vec<_> = std::fs::read_dir(&keys)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(files.len(), 2, "no partial file left: {files:?}");
+    assert_eq!(
+        String::from_utf8(run(&["keys", "list"], "first").stdout)
+            .unwrap()
+            .lines()
+            .count(),
+        2
+    );
+}
+
 /// A SoftHSM2 token in `dir` (Debian softhsm2, installed by scripts/install-deps.sh); returns
 /// the signer configuration that uses it.
 fn softhsm_token(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {

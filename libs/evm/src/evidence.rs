@@ -689,6 +689,24 @@ pub async fn read_view(
             landed = Some(user);
         }
     }
+    // Ours, deep down, still without a receipt by hash: a node that prunes its transaction
+    // index (geth's txlookuplimit) never answers one. The block's own list does, each receipt
+    // in it checked as of that block.
+    if let Some(landed) = landed.as_mut().filter(|l| {
+        l.success.is_none()
+            && head.number.saturating_sub(l.block.number) >= RECEIPT_LAG_LIMIT
+            && attempts
+                .iter()
+                .any(|a| a.to_string().eq_ignore_ascii_case(&l.tx))
+    }) && let Ok(hash) = landed.tx.parse::<B256>()
+    {
+        landed.success = endpoint
+            .request("eth_getBlockReceipts", json!([hex(landed.block.number)]))
+            .await
+            .ok()
+            .and_then(|value| block_receipts(&value, landed.block.number, &landed.block.hash))
+            .and_then(|receipts| receipts.get(&hash).map(|r| r.success));
+    }
     if let Some(landed) = landed
         .as_mut()
         .filter(|l| l.canonical_hash.as_deref() == Some(l.block.hash.as_str()))
@@ -913,6 +931,8 @@ mod tests {
         head: u64,
         /// The account's nonce is unreadable.
         no_state: bool,
+        /// Block 7's receipt list is served (`eth_getBlockReceipts`), its index by hash pruned.
+        lists: bool,
         asked: Mutex<Vec<String>>,
     }
 
@@ -951,6 +971,17 @@ mod tests {
                 "eth_getTransactionReceipt" => Value::Null,
                 "eth_getTransactionByHash" => self.by_hash.clone(),
                 "eth_blockNumber" => json!(hex(self.head)),
+                "eth_getBlockReceipts" if self.lists && params[0] == json!(hex(7)) => {
+                    json!([{"transactionHash": self.in_block_7.to_string(), "blockNumber": hex(7),
+                            "blockHash": block_hash(7), "status": "0x1"}])
+                }
+                "eth_getBlockReceipts" => {
+                    return Err(RpcError::Node {
+                        endpoint: self.label().to_owned(),
+                        code: -32601,
+                        message: "the method eth_getBlockReceipts does not exist".into(),
+                    });
+                }
                 other => unreachable!("{other}"),
             })
         }
@@ -1644,6 +1675,7 @@ mod tests {
             in_block_7: tx("cd"),
             head: 10,
             no_state: false,
+            lists: false,
             asked: Mutex::default(),
         };
         let account: Address = ACCOUNT.parse().unwrap();
@@ -1674,6 +1706,7 @@ mod tests {
             in_block_7: tx("cd"),
             head: 10,
             no_state,
+            lists: false,
             asked: Mutex::default(),
         };
         // Nonce 6 is the account's next at the head: nothing of ours can be at or below it.
@@ -1711,6 +1744,7 @@ mod tests {
             in_block_7: ours,
             head: 10,
             no_state: false,
+            lists: false,
             asked: Mutex::default(),
         };
         let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours], None, 1)
@@ -1758,6 +1792,7 @@ mod tests {
                 in_block_7: foreign,
                 head: 10,
                 no_state: false,
+                lists: false,
                 asked: Mutex::default(),
             };
             let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours], None, 1)
@@ -1778,6 +1813,7 @@ mod tests {
                 in_block_7: foreign,
                 head,
                 no_state: false,
+                lists: false,
                 asked: Mutex::default(),
             };
             let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours], None, 1)
@@ -1789,6 +1825,26 @@ mod tests {
                 "head {head}: an index shallowly ahead of receipts is taken, deep down the block decides"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn ours_in_its_block_deep_down_with_its_index_pruned_is_read_from_the_block_s_list() {
+        // A node that prunes its transaction index (geth's txlookuplimit) answers no receipt
+        // by hash, ever: the block's own list says how ours executed.
+        let ours = tx("ab");
+        let node = StateBeforeReceipts {
+            by_hash: Value::Null,
+            in_block_7: ours,
+            head: 7 + RECEIPT_LAG_LIMIT,
+            no_state: false,
+            lists: true,
+            asked: Mutex::default(),
+        };
+        let view = read_view(&node, ACCOUNT.parse().unwrap(), 5, &[ours], None, 1)
+            .await
+            .unwrap();
+        let landed = view.landed.expect("ours, in block 7");
+        assert_eq!((landed.tx, landed.success), (ours.to_string(), Some(true)));
     }
 
     #[tokio::test]

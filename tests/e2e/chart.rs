@@ -161,6 +161,16 @@ fn the_chart_lints_renders_validates_and_configures_each_service() {
     let f = facts(&default);
     check_pods(&f);
     load_configs(&f, scratch.path());
+    // Without cert-manager too, the signer admits the broadcaster's certificate alone, not any
+    // its CA issued (a CA that also issues callers' certificates would let them ask for
+    // signatures).
+    let signer = f["configs"]["signer.toml"].as_str().unwrap();
+    assert!(
+        signer.contains(
+            "allowed_client_identities = [\"spiffe://payments/sigcast/sigcast-broadcaster\"]"
+        ),
+        "{signer}"
+    );
     let kinds: Vec<&str> = f["kinds"]
         .as_array()
         .unwrap()

@@ -1010,7 +1010,7 @@ async fn work_on(
             let recent = (nonce + index as u64)
                 .is_multiple_of(2)
                 .then_some(shared_lists.unwrap_or(&lists));
-            let Ok(view) = sigcast_evm::evidence::read_view(
+            let Ok(mut view) = sigcast_evm::evidence::read_view(
                 endpoint,
                 account,
                 nonce,
@@ -1022,6 +1022,11 @@ async fn work_on(
             else {
                 continue;
             };
+            if world.settings.tamper == Tamper::IgnoreDepthLink
+                && let Some(landed) = view.landed.as_mut()
+            {
+                landed.descendant = Some(view.head.clone());
+            }
             let views = match &mut evidence {
                 Evidence::Evm(views) => views,
                 _ => {

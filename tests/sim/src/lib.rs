@@ -92,6 +92,9 @@ impl Settings {
             // Where a commit costs little: the reads are what these seeds are for.
             && settings.backend == Backend::Fdb
             && !settings.large_calls;
+        // Also from a generator of its own, for the same reason.
+        settings.balanced_nodes =
+            settings.endpoints > 1 && StdRng::seed_from_u64(seed ^ 0xba1a).gen_bool(0.5);
         if streams && hedged.gen_bool(0.5) {
             // A stream of submits while the faults go on: signatures, and so reads, all along,
             // while endpoints turn slow and heal. (Each submit waits up to `submit_spread_ms`
@@ -139,6 +142,7 @@ impl Settings {
             shared_lists: false,
             body_panics: 0.0,
             hedged_reads: false,
+            balanced_nodes: false,
             tamper: Tamper::None,
         };
         if settings.batch_signing && rng.gen_bool(0.5) {
@@ -195,9 +199,14 @@ pub fn run(seed: u64, settings: Settings, live_trace: bool) -> Report {
     exec::reset_clock();
     let mut rng = StdRng::seed_from_u64(seed);
     let chain = Arc::new(Mutex::new(chain::Chain::new(settings.gas_limit)));
-    let endpoints = (0..settings.endpoints)
+    let mut endpoints: Vec<node::SimEndpoint> = (0..settings.endpoints)
         .map(|i| node::SimEndpoint::new(i, chain.clone(), StdRng::seed_from_u64(seed + i as u64)))
         .collect();
+    if settings.balanced_nodes && endpoints.len() > 1 {
+        // Endpoint 0's URL leads to its node or to endpoint 1's, read by read.
+        let other = endpoints[1].clone();
+        endpoints[0].balance_with(&other, StdRng::seed_from_u64(seed ^ 0xba1a));
+    }
     let store = kv::SimStore::open(
         settings.backend,
         kv::FdbFaults {

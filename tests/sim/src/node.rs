@@ -274,6 +274,17 @@ pub(crate) struct SimEndpoint {
     /// Its state.
     pub(crate) node: Arc<Mutex<NodeState>>,
     chain: Arc<Mutex<Chain>>,
+    /// Another node behind the same URL (a load balancer), which answers about half its
+    /// reads, each drawn: its head, a receipt or a block may come from either, the two on
+    /// chains of their own when one lags, froze or still holds what a reorg removed.
+    balanced: Option<Balanced>,
+}
+
+/// The other node behind a balanced endpoint's URL, and the draws that route reads to it.
+#[derive(Clone)]
+struct Balanced {
+    node: Arc<Mutex<NodeState>>,
+    route: Arc<Mutex<rand::rngs::StdRng>>,
 }
 
 impl SimEndpoint {
@@ -284,7 +295,16 @@ impl SimEndpoint {
             label: format!("http://node-{index}:8545"),
             node: Arc::new(Mutex::new(node)),
             chain,
+            balanced: None,
         }
+    }
+
+    /// Puts `other`'s node behind this endpoint's URL too, reads routed by `route`.
+    pub(crate) fn balance_with(&mut self, other: &SimEndpoint, route: rand::rngs::StdRng) {
+        self.balanced = Some(Balanced {
+            node: other.node.clone(),
+            route: Arc::new(Mutex::new(route)),
+        });
     }
 
     /// The endpoint's answer to `method` without parameters, at once: the signer's questions at
@@ -323,7 +343,23 @@ impl SimEndpoint {
                 message,
             });
         }
-        node.read(method, params).map_err(|message| RpcError::Node {
+        let other = self.balanced.as_ref().and_then(|balanced| {
+            use rand::Rng;
+            let routed = balanced.route.lock().unwrap().gen_bool(0.5);
+            routed.then_some(&balanced.node)
+        });
+        let answered = match other {
+            Some(other) => {
+                drop(node);
+                let other = other.lock().unwrap();
+                if other.faults.down {
+                    return Err(refused(&endpoint));
+                }
+                other.read(method, params)
+            }
+            None => node.read(method, params),
+        };
+        answered.map_err(|message| RpcError::Node {
             endpoint,
             code: -32000,
             message,

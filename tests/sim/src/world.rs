@@ -67,11 +67,15 @@ pub enum Tamper {
     /// counting the time they took (the hedged-latency defect: an endpoint that turned slow
     /// kept its fast average, and every read started there and waited for the hedge).
     AbandonedUnrecorded,
+    /// EVM: a landing taken at the depth its endpoint's head says, the blocks above it never
+    /// linked to it (the load-balancer defect: the head from one node, the receipt from
+    /// another that still holds a block a reorg removed).
+    IgnoreDepthLink,
 }
 
 impl Tamper {
     /// Every tamper, by its command-line name.
-    pub const ALL: [(&str, Tamper); 17] = [
+    pub const ALL: [(&str, Tamper); 18] = [
         ("none", Tamper::None),
         ("null-receipt-rejects", Tamper::NullReceiptRejects),
         ("ignore-revision", Tamper::IgnoreRevision),
@@ -89,6 +93,7 @@ impl Tamper {
         ("list-by-op-id", Tamper::ListByOpId),
         ("start-needs-every-chain", Tamper::StartNeedsEveryChain),
         ("abandoned-unrecorded", Tamper::AbandonedUnrecorded),
+        ("ignore-depth-link", Tamper::IgnoreDepthLink),
     ];
 }
 
@@ -177,6 +182,9 @@ pub struct Settings {
     /// account's nonces from one endpoint at a time, both in the order of the process's own
     /// ranking of them (see `hedged`), instead of from one endpoint drawn per signature.
     pub hedged_reads: bool,
+    /// Behind the first endpoint's URL, two nodes (the first two endpoints'), each read
+    /// answered by either (a load balancer).
+    pub balanced_nodes: bool,
     /// A broken decision, if any.
     pub tamper: Tamper,
 }

@@ -243,6 +243,39 @@ fn the_first_slot_kept_read_before_the_statuses_is_caught_at_its_seed() {
     assert!(violation.contains("has attempt 1 on chain"), "{violation}");
 }
 
+/// Seeds on which a depth read from two nodes behind one URL (the head from one, the receipt
+/// and its block from the other, which still held a block a reorg removed) settled a landing
+/// no chain kept, with the link of the blocks above it ignored: three of seven in a run of
+/// 2,000 (tamper `ignore-depth-link`).
+const BALANCED: &[u64] = &[601, 765, 1307];
+
+#[test]
+fn a_depth_no_one_chain_has_is_caught_at_its_seeds_and_the_product_holds_there() {
+    for &seed in BALANCED {
+        let settings = Settings::draw(seed);
+        assert!(settings.balanced_nodes, "seed {seed}");
+        let report = run(seed, settings.clone(), false);
+        assert!(
+            report.violations.is_empty(),
+            "seed {seed}: {:?}",
+            report.violations
+        );
+        let tampered = Settings {
+            tamper: Tamper::IgnoreDepthLink,
+            ..settings
+        };
+        let violation = run(seed, tampered, false)
+            .violations
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("the unlinked depth went unnoticed by seed {seed}"));
+        assert!(
+            violation.contains("not on the canonical chain"),
+            "seed {seed}: {violation}"
+        );
+    }
+}
+
 #[test]
 fn another_sender_s_nonce_skipped_before_it_is_at_depth_is_caught_at_its_seeds() {
     // Rarer than the budget: the seeds that caught it in a run of 20,000, before the fix.

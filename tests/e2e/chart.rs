@@ -171,6 +171,13 @@ fn the_chart_lints_renders_validates_and_configures_each_service() {
         ),
         "{signer}"
     );
+    // The default chain is Ethereum mainnet: a depth of 1 would settle what a one-block reorg
+    // removes.
+    let broadcaster = f["configs"]["broadcaster.toml"].as_str().unwrap();
+    assert!(
+        broadcaster.contains("confirmations = 12\n") && signer.contains("confirmations = 12\n"),
+        "{broadcaster}"
+    );
     let kinds: Vec<&str> = f["kinds"]
         .as_array()
         .unwrap()

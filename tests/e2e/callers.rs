@@ -308,6 +308,11 @@ async fn callers_use_only_their_keys_see_only_their_operations_and_a_rotated_ca_
         .unwrap_err();
     // (Reading is all it may do: it is in no [[callers]] rule.)
     assert_eq!(cancel.code(), tonic::Code::PermissionDenied, "{cancel:?}");
+    // Only a listed operator: on the stack's own gateway (plaintext on loopback, no operators
+    // listed, the same store) an anonymous caller still sees none of Alice's.
+    let mut plain = stack.client().await;
+    let hidden = plain.get_operation(get("alice-1")).await.unwrap_err();
+    assert_eq!(hidden.code(), tonic::Code::NotFound, "{hidden:?}");
     // Bob may not cancel at all.
     let no_cancel = bob
         .cancel_operation(pb::CancelOperationRequest {

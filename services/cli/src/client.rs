@@ -72,10 +72,12 @@ fn status(what: &str, status: tonic::Status) -> anyhow::Error {
             Outcome::Unavailable
         }
         Code::NotFound => {
-            message.push_str(
-                " (a gateway that authenticates callers shows each only its own operations; an \
-                 identity in its `operators` sees any)",
-            );
+            if matches!(what, "GetOperation" | "WatchOperation") {
+                message.push_str(
+                    " (a gateway that authenticates callers shows each only its own operations; \
+                     an identity in its `operators` sees any)",
+                );
+            }
             Outcome::NotFound
         }
         Code::Unavailable

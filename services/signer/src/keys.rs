@@ -504,10 +504,10 @@ fn write_keystore(dir: &Path, name: &str, secret: &[u8], passphrase: &str) -> Re
         file: file.clone(),
         reason: e,
     };
-    let partial_name = format!(".{name}.{}.partial", std::process::id());
+    // Random, not the pid: two one-shot containers sharing the volume are both pid 1, and one
+    // would write into (or remove) the other's file.
+    let partial_name = format!(".{name}.{:016x}.partial", rand::random::<u64>());
     let partial = dir.join(&partial_name);
-    // A leftover of this pid's earlier life: never a keystore the signer loads.
-    let _ = std::fs::remove_file(&partial);
     let written = (|| -> std::io::Result<()> {
         // Made 0600 before a byte is written (eth-keystore's File::create then keeps the mode).
         std::fs::OpenOptions::new()

@@ -74,8 +74,9 @@ fn lock_memory() {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         // A capability held in a user namespace of its own (rootless containers) is not the
         // one the memlock limit yields to.
-        let uid_map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
-        let ipc_lock = holds_ipc_lock(&status) && in_initial_user_namespace(&uid_map);
+        let user_namespace = std::fs::read_link("/proc/self/ns/user").unwrap_or_default();
+        let ipc_lock =
+            holds_ipc_lock(&status) && in_initial_user_namespace(&user_namespace.to_string_lossy());
         let finite = (limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur);
         if !may_lock_all_memory(finite, ipc_lock) {
             tracing::warn!(
@@ -99,10 +100,11 @@ fn may_lock_all_memory(limit: Option<u64>, holds_ipc_lock: bool) -> bool {
     limit.is_none() || holds_ipc_lock
 }
 
-/// Whether `/proc/self/uid_map` (its text) is the initial user namespace's: every uid mapped
-/// to itself.
-fn in_initial_user_namespace(uid_map: &str) -> bool {
-    uid_map.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"]
+/// Whether `/proc/self/ns/user` (where its link points) is the initial user namespace, whose
+/// inode number is fixed (the kernel's PROC_USER_INIT_INO). A nested namespace may map every
+/// uid to itself too, so the map does not tell.
+fn in_initial_user_namespace(link: &str) -> bool {
+    link == "user:[4026531837]"
 }
 
 /// Whether `/proc/self/status` (its text) gives this process CAP_IPC_LOCK in effect.
@@ -372,12 +374,8 @@ mod tests {
         assert!(!holds_ipc_lock(&status("0000000000000000")));
         assert!(!holds_ipc_lock(&status("000001fffeffbfff")));
         assert!(!holds_ipc_lock("no such line"));
-        assert!(in_initial_user_namespace(
-            "         0          0 4294967295\n"
-        ));
-        assert!(!in_initial_user_namespace(
-            "         0       1000          1\n"
-        ));
+        assert!(in_initial_user_namespace("user:[4026531837]"));
+        assert!(!in_initial_user_namespace("user:[4026532201]"));
         assert!(!in_initial_user_namespace(""));
     }
     use std::time::Duration;

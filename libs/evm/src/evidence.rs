@@ -730,31 +730,40 @@ pub async fn read_view(
     })
 }
 
-/// The endpoint's block at `top`, if the blocks above `block` up to it (read by number) link
-/// to it parent hash by parent hash: proof, from one chain, that `block` has that many
-/// descendants. Nodes behind one URL that each answer from a chain of their own break the
-/// link rather than make one. (Headers by number are what a pass keeps, without their
-/// transactions: the blocks of many operations' links are read once.)
+/// The endpoint's block at `top` (read by number), if it links down to `block` parent hash by
+/// parent hash: proof, from one chain, that `block` has that many descendants. Nodes behind
+/// one URL that each answer from a chain of their own break the link rather than make one: a
+/// header by hash is what any node holding it answers. (By hash, a header is kept for the
+/// whole pass, whatever head is read meanwhile: the links of many operations share it.)
 async fn linked_descendant(
     endpoint: &impl Endpoint,
     block: &BlockRef,
     top: u64,
 ) -> Option<BlockRef> {
-    let mut linked = None;
-    let mut below = block.hash.clone();
-    for number in block.number.checked_add(1)?..=top {
-        let value = self::block(endpoint, number, false).await.ok()??;
-        let header = wire::LinkedHeader::deserialize(&value).ok()?;
-        if header.number != number || !header.parent_hash.to_string().eq_ignore_ascii_case(&below) {
+    let header = |value: Value| wire::LinkedHeader::deserialize(&value).ok();
+    let first = header(self::block(endpoint, top, false).await.ok()??)?;
+    if first.number != top {
+        return None;
+    }
+    let (mut number, mut parent) = (first.number, first.parent_hash);
+    while number > block.number.checked_add(1)? {
+        let value = endpoint
+            .request("eth_getBlockByHash", json!([parent.to_string(), false]))
+            .await
+            .ok()?;
+        let linked = header(value)?;
+        if linked.hash != parent || linked.number.checked_add(1) != Some(number) {
             return None;
         }
-        below = header.hash.to_string();
-        linked = Some(BlockRef {
-            number,
-            hash: below.clone(),
-        });
+        (number, parent) = (linked.number, linked.parent_hash);
     }
-    linked
+    parent
+        .to_string()
+        .eq_ignore_ascii_case(&block.hash)
+        .then(|| BlockRef {
+            number: top,
+            hash: first.hash.to_string(),
+        })
 }
 
 /// The first of `attempts` the endpoint shows, by hash, in a block of its canonical chain (as
@@ -1917,7 +1926,10 @@ mod tests {
                     let hash = params[0].as_str().unwrap();
                     (0..=20)
                         .flat_map(|n| [("aa", n), ("bb", n)])
-                        .filter(|(chain, n)| *chain == "bb" || *n <= 10)
+                        .filter(|(chain, n)| match self.one_node {
+                            true => *chain == "aa",
+                            false => *chain == "bb" || *n <= 10,
+                        })
                         .find(|(chain, n)| Self::hash(chain, *n) == hash)
                         .map_or(Value::Null, |(chain, n)| Self::header(chain, n))
                 }

@@ -245,9 +245,10 @@ fn the_first_slot_kept_read_before_the_statuses_is_caught_at_its_seed() {
 
 /// Seeds on which a depth read from two nodes behind one URL (the head from one, the receipt
 /// and its block from the other, which still held a block a reorg removed) settled a landing
-/// no chain kept, with the link of the blocks above it ignored: three of seven in a run of
-/// 2,000 (tamper `ignore-depth-link`).
-const BALANCED: &[u64] = &[601, 765, 1307];
+/// no chain kept, with the link of the blocks above it ignored: three of eight in a run of
+/// 2,000 (tamper `ignore-depth-link`). Which seeds reach it moves with the product's reads
+/// (each read takes simulated time): a change of them may call for the list again.
+const BALANCED: &[u64] = &[601, 1307, 1312];
 
 #[test]
 fn a_depth_no_one_chain_has_is_caught_at_its_seeds_and_the_product_holds_there() {

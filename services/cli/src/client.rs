@@ -65,10 +65,16 @@ fn status(what: &str, status: tonic::Status) -> anyhow::Error {
         // The connection failed under the call (tonic reports it as UNKNOWN with its cause):
         // over TLS most often a handshake the gateway refused.
         Code::Unknown if std::error::Error::source(&status).is_some() => {
-            message.push_str(
-                " (the connection failed; over TLS, did the gateway refuse the client \
-                 certificate? check --cert and --key)",
-            );
+            message.push_str(match what {
+                "ListKeys" => {
+                    " (the connection failed; over TLS, did the signer refuse the client \
+                     certificate? check --signer-cert and --signer-key)"
+                }
+                _ => {
+                    " (the connection failed; over TLS, did the gateway refuse the client \
+                     certificate? check --cert and --key)"
+                }
+            });
             Outcome::Unavailable
         }
         Code::NotFound => {
@@ -360,9 +366,13 @@ pub(crate) async fn signer_keys(
         (None, None, None) if !https => None,
         (Some(ca), Some(cert), Some(key)) if https => Some((ca, cert, key)),
         // Ignored, they would leave the call unauthenticated, or fail it obscurely.
+        _ if https => bail!(
+            "--signer-ca, --signer-cert and --signer-key go together: the https:// signer {url} \
+             authenticates callers by certificate"
+        ),
         _ => bail!(
             "--signer-ca, --signer-cert and --signer-key go together, with an https:// signer \
-             (which authenticates callers by certificate); a unix: signer takes none, not {url}"
+             only: {url} takes none"
         ),
     };
     let timeout = timeout.unwrap_or(DEFAULT_CALL_TIMEOUT);

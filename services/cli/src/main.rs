@@ -55,7 +55,7 @@ struct Args {
     #[arg(long, global = true)]
     json: bool,
     /// Seconds each call may take (default 30); for `op watch`, how long to wait for a
-    /// terminal state (default: until it is one). At most a year.
+    /// terminal state (default: until it is one). From 1 to a year's seconds.
     #[arg(long, global = true, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_SECS))]
     timeout: Option<u64>,
     /// CA of the gateway's certificate (PEM): TLS to the gateway.

@@ -496,6 +496,14 @@ async fn an_endpoint_whose_history_misses_the_signing_slot_never_proves_expiry()
         (pb::OperationState::Sent, 1),
         "re-signed on an endpoint that cannot know: {op:?}"
     );
+    // What it waits for is counted.
+    let samples = crate::observability::scrape(stack.metrics_addr("broadcaster-0")).await;
+    let waits = crate::observability::total(
+        &samples,
+        "sigcast_checks_undecided_total",
+        &["chain=\"solana:localnet\"", "reason=\"history_too_short\""],
+    );
+    assert!(waits >= 1.0, "{samples:?}");
     node.prune_history_before(0);
     let done = wait_terminal(&stack, &["pruned".into()], Duration::from_secs(60)).await;
     assert_confirmed_by_one_resign(&stack, &done["pruned"]);

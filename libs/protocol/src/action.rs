@@ -121,6 +121,30 @@ pub enum Why {
     NoAttempt,
 }
 
+impl Why {
+    /// A name for metrics and logs that stays as it is (snake case).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Terminal => "terminal",
+            Self::Paced(_) => "paced",
+            Self::InFlight(_) => "in_flight",
+            Self::Unread => "unread",
+            Self::Confirming => "confirming",
+            Self::ReceiptMissing => "receipt_missing",
+            Self::NonceUsedUnidentified => "nonce_used_unidentified",
+            Self::DepthUnproven => "depth_unproven",
+            Self::Conflicting => "conflicting",
+            Self::Unreadable => "unreadable",
+            Self::HistoryTooShort => "history_too_short",
+            Self::CancelPendingExpiry => "cancel_pending_expiry",
+            Self::NonceReadBeforeSigning => "nonce_read_before_signing",
+            Self::StatusesBehind => "statuses_behind",
+            Self::BehindEarlierNonce => "behind_earlier_nonce",
+            Self::NoAttempt => "no_attempt",
+        }
+    }
+}
+
 impl fmt::Display for Why {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -1509,3 +1509,36 @@ fn a_re_sign_refused_for_good_is_rejected_on_its_proof() {
         error.message
     );
 }
+
+#[test]
+fn each_reason_has_a_label_of_its_own_for_metrics() {
+    let at = SystemTime::UNIX_EPOCH;
+    let reasons = [
+        Why::Terminal,
+        Why::Paced(at),
+        Why::InFlight(at),
+        Why::Unread,
+        Why::Confirming,
+        Why::ReceiptMissing,
+        Why::NonceUsedUnidentified,
+        Why::DepthUnproven,
+        Why::Conflicting,
+        Why::Unreadable,
+        Why::HistoryTooShort,
+        Why::CancelPendingExpiry,
+        Why::NonceReadBeforeSigning,
+        Why::StatusesBehind,
+        Why::BehindEarlierNonce,
+        Why::NoAttempt,
+    ];
+    let labels: std::collections::BTreeSet<&str> = reasons.iter().map(Why::label).collect();
+    assert_eq!(labels.len(), reasons.len(), "{labels:?}");
+    for label in &labels {
+        assert!(
+            !label.is_empty() && label.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+            "{label}"
+        );
+    }
+    assert_eq!(Why::DepthUnproven.label(), "depth_unproven");
+    assert_eq!(Why::HistoryTooShort.label(), "history_too_short");
+}

@@ -37,6 +37,9 @@ pub struct Metrics {
     pub unknown_resolved: Family<Labels, Counter>,
     /// Byte-identical resends of a stored transaction.
     pub resends: Family<Labels, Counter>,
+    /// Checks of an operation in flight that read every endpoint and still lacked the
+    /// evidence to act, by chain and reason: what an operation that stays SENT waits for.
+    pub checks_undecided: Family<Labels, Counter>,
     /// JSON-RPC requests by endpoint, method and result (ok, node_error, failed).
     pub rpc_requests: Family<Labels, Counter>,
     /// JSON-RPC latency by endpoint and method.
@@ -89,6 +92,7 @@ impl Metrics {
             attempts: Family::default(),
             unknown_resolved: Family::default(),
             resends: Family::default(),
+            checks_undecided: Family::default(),
             rpc_requests: Family::default(),
             rpc_duration: Family::new_with_constructor(latency_histogram),
             hedges_fired: Family::default(),
@@ -149,6 +153,11 @@ impl Metrics {
             "resends",
             "Byte-identical resends of a stored transaction",
             m.resends.clone(),
+        );
+        registry.register(
+            "checks_undecided",
+            "Checks that read every endpoint and still lacked the evidence to act, by chain and reason",
+            m.checks_undecided.clone(),
         );
         registry.register(
             "rpc_requests",

@@ -511,8 +511,18 @@ impl Worker {
             action = decide(&op, &evidence, self.clock.now(), &self.rules);
         }
         match action {
-            Action::Wait(why) | Action::ReadMore(why) => {
+            Action::Wait(why) => {
                 tracing::trace!(sigcast.op_id = %op.op_id, %why, "nothing to do");
+            }
+            // Every endpoint read, and still not enough to act on: counted, so that an
+            // operation that stays SENT says what it waits for (an unlinked depth, a nonce's
+            // user not found, a history too short, statuses behind).
+            Action::ReadMore(why) => {
+                tracing::debug!(sigcast.op_id = %op.op_id, %why, "every endpoint read; undecided");
+                metrics::inc(
+                    &metrics::metrics().checks_undecided,
+                    &[("chain", op.chain.as_str()), ("reason", why.label())],
+                );
             }
             Action::Sign => {}
             Action::Send(attempt) => self.send_again(&op, attempt).await,

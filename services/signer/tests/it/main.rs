@@ -8,18 +8,33 @@ fn signer() -> Command {
     Command::new(env!("CARGO_BIN_EXE_sigcast-signer"))
 }
 
+/// A `keys` command of the signer on the keystore directory `keys`, with `passphrase`.
+fn keys_command(keys: &std::path::Path, args: &[&str], passphrase: &str) -> std::process::Output {
+    signer()
+        .args(args)
+        .env("SIGCAST_SIGNER__KEYSTORE_DIR", keys)
+        .env("SIGCAST_SIGNER_PASSPHRASE", passphrase)
+        .output()
+        .unwrap()
+}
+
+/// A keystore directory (not made yet) and a file holding anvil's dev key #5 (a public test
+/// key), in `dir`.
+fn keys_and_dev_key_5(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let key_file = dir.join("key.hex");
+    std::fs::write(
+        &key_file,
+        "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba\n",
+    )
+    .unwrap();
+    (dir.join("keys"), key_file)
+}
+
 #[test]
 fn import_dev_keys_then_list_them_and_refuse_a_wrong_passphrase() {
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys");
-    let run = |args: &[&str], passphrase: &str| {
-        signer()
-            .args(args)
-            .env("SIGCAST_SIGNER__KEYSTORE_DIR", &keys)
-            .env("SIGCAST_SIGNER_PASSPHRASE", passphrase)
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str], passphrase: &str| keys_command(&keys, args, passphrase);
     // None at all is a valid count (the load generator's stacks hold generated keys only).
     let none = run(&["keys", "import-dev", "--count", "0"], "correct horse");
     assert!(
@@ -60,22 +75,8 @@ fn import_dev_keys_then_list_them_and_refuse_a_wrong_passphrase() {
 #[test]
 fn an_existing_key_is_imported_into_an_encrypted_keystore() {
     let dir = tempfile::tempdir().unwrap();
-    let keys = dir.path().join("keys");
-    let key_file = dir.path().join("key.hex");
-    // anvil dev key #5 (public test key).
-    std::fs::write(
-        &key_file,
-        "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba\n",
-    )
-    .unwrap();
-    let run = |args: &[&str]| {
-        signer()
-            .args(args)
-            .env("SIGCAST_SIGNER__KEYSTORE_DIR", &keys)
-            .env("SIGCAST_SIGNER_PASSPHRASE", "pw")
-            .output()
-            .unwrap()
-    };
+    let (keys, key_file) = keys_and_dev_key_5(dir.path());
+    let run = |args: &[&str]| keys_command(&keys, args, "pw");
     let imported = run(&["keys", "import", "--key-file", key_file.to_str().unwrap()]);
     assert!(
         imported.status.success(),
@@ -114,21 +115,8 @@ fn a_keystore_another_passphrase_would_open_never_joins_the_directory() {
     // The signer opens every keystore with one passphrase and stops at the first it cannot:
     // one written with another would stop every signer of the directory at its next start.
     let dir = tempfile::tempdir().unwrap();
-    let keys = dir.path().join("keys");
-    let key_file = dir.path().join("key.hex");
-    std::fs::write(
-        &key_file,
-        "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba\n",
-    )
-    .unwrap();
-    let run = |args: &[&str], passphrase: &str| {
-        signer()
-            .args(args)
-            .env("SIGCAST_SIGNER__KEYSTORE_DIR", &keys)
-            .env("SIGCAST_SIGNER_PASSPHRASE", passphrase)
-            .output()
-            .unwrap()
-    };
+    let (keys, key_file) = keys_and_dev_key_5(dir.path());
+    let run = |args: &[&str], passphrase: &str| keys_command(&keys, args, passphrase);
     let first = run(&["keys", "import-dev", "--count", "1"], "first");
     assert!(
         first.status.success(),

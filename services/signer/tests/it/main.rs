@@ -317,14 +317,7 @@ fn ed25519_keys_live_in_encrypted_keystores_too_and_sign_solana_transfers() {
     use sigcast_domain::{Lamports, SolanaPubkey, SolanaTransfer};
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys");
-    let run = |args: &[&str]| {
-        signer()
-            .args(args)
-            .env("SIGCAST_SIGNER__KEYSTORE_DIR", &keys)
-            .env("SIGCAST_SIGNER_PASSPHRASE", "pw")
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| keys_command(&keys, args, "pw");
     let generated = run(&[
         "keys",
         "generate",

@@ -652,15 +652,13 @@ pub async fn read_view(
             success: Some(receipt.success),
             descendant: None,
         };
-        let canonical = seen.canonical_hash.as_deref() == Some(seen.block.hash.as_str());
+        let canonical = seen.is_canonical();
         landed = Some(seen);
         if canonical {
             break;
         }
     }
-    let canonical = landed
-        .as_ref()
-        .is_some_and(|l| l.canonical_hash.as_deref() == Some(l.block.hash.as_str()));
+    let canonical = landed.as_ref().is_some_and(EvmLanded::is_canonical);
     if !canonical && account_nonce.is_some_and(|n| n > nonce) {
         // No receipt, or one from a block no longer canonical here: what used the nonce in
         // the canonical chain? Most often one of ours whose receipt the node has not indexed
@@ -693,12 +691,9 @@ pub async fn read_view(
     // index (geth's txlookuplimit) never answers one. The block's own list does, each receipt
     // in it checked as of that block.
     if let Some(landed) = landed.as_mut().filter(|l| {
-        l.success.is_none()
-            && head.number.saturating_sub(l.block.number) >= RECEIPT_LAG_LIMIT
-            && attempts
-                .iter()
-                .any(|a| a.to_string().eq_ignore_ascii_case(&l.tx))
+        l.success.is_none() && head.number.saturating_sub(l.block.number) >= RECEIPT_LAG_LIMIT
     }) && let Ok(hash) = landed.tx.parse::<B256>()
+        && attempts.contains(&hash)
     {
         landed.success = endpoint
             .request("eth_getBlockReceipts", json!([hex(landed.block.number)]))
@@ -707,10 +702,7 @@ pub async fn read_view(
             .and_then(|value| block_receipts(&value, landed.block.number, &landed.block.hash))
             .and_then(|receipts| receipts.get(&hash).map(|r| r.success));
     }
-    if let Some(landed) = landed
-        .as_mut()
-        .filter(|l| l.canonical_hash.as_deref() == Some(l.block.hash.as_str()))
-    {
+    if let Some(landed) = landed.as_mut().filter(|l| l.is_canonical()) {
         let top = landed.block.number.saturating_add(confirmations.max(1) - 1);
         landed.descendant = if found_in_list {
             // The walk that found it went down from the head, parent by parent.

@@ -50,6 +50,13 @@ pub struct EvmLanded {
     pub descendant: Option<BlockRef>,
 }
 
+impl EvmLanded {
+    /// Whether its block is the endpoint's canonical block at that number.
+    pub fn is_canonical(&self) -> bool {
+        self.canonical_hash.as_deref() == Some(self.block.hash.as_str())
+    }
+}
+
 /// Solana commitment levels sigcast reads at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Commitment {

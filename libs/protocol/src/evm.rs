@@ -35,9 +35,7 @@ fn depth(view: &EvmView, landed: &EvmLanded, rules: &Rules) -> Depth {
     let under =
         |top: &crate::BlockRef| (top.number.saturating_add(1)).saturating_sub(landed.block.number);
     // (A block above the head is under it by none: shallow at any depth.)
-    if landed.canonical_hash.as_deref() != Some(landed.block.hash.as_str())
-        || under(&view.head) < rules.confirmations.max(1)
-    {
+    if !landed.is_canonical() || under(&view.head) < rules.confirmations.max(1) {
         Depth::Shallow
     } else if rules.confirmations <= 1
         || landed

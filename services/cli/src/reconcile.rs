@@ -120,7 +120,7 @@ async fn evm(op: &pb::Operation, chain_id: u64, rpc: &EvmRpc, confirmations: u64
                 .map_or("unreadable".into(), |n| n.to_string()),
         ));
         if let Some(landed) = &view.landed {
-            let canonical = landed.canonical_hash.as_deref() == Some(landed.block.hash.as_str());
+            let canonical = landed.is_canonical();
             facts.push((
                 format!("{e} nonce used by"),
                 format!(

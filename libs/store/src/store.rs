@@ -556,13 +556,11 @@ fn commit_group(store: &Store, jobs: Vec<Job>) {
         jobs.into_iter().partition(|job| !job.done.is_closed());
     let (mut bodies, answers): (Vec<Body>, Vec<_>) =
         jobs.into_iter().map(|job| (job.body, job.done)).unzip();
-    bodies.extend(abandoned.into_iter().map(|job| job.body));
-    let waiting = answers.len();
     busy(true);
-    let together = match waiting {
-        0 => Ok(()),
-        _ => store.run(|tx| {
-            for body in bodies[..waiting].iter_mut() {
+    let together = match bodies.is_empty() {
+        true => Ok(()),
+        false => store.run(|tx| {
+            for body in bodies.iter_mut() {
                 body(tx)?;
             }
             Ok(())
@@ -590,7 +588,10 @@ fn commit_group(store: &Store, jobs: Vec<Job>) {
     }
     // Dropped once every caller has its answer, each alone: a value a body held that panics
     // when dropped must not take another caller's answer (or body) with it.
-    for body in bodies {
+    for body in bodies
+        .into_iter()
+        .chain(abandoned.into_iter().map(|job| job.body))
+    {
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(body))).is_err() {
             tracing::error!("a panic dropping a transaction body, after its caller was answered");
         }

@@ -403,24 +403,31 @@ impl Signer {
         })?;
         // The rolling window counts an operation once, at its first signature, against the
         // window of every key that signs it: a co-signer's limits bound what it signs too.
-        let mut window = Vec::new();
-        if number == 1 {
-            for key in signers.iter().map(|key| b58(key)) {
-                let Some(policy) = policy_for(&self.policies, &key)
+        let windowed: Vec<(String, KeyPolicy)> = signers
+            .iter()
+            .filter(|_| number == 1)
+            .map(|key| b58(key))
+            .filter_map(|key| {
+                policy_for(&self.policies, &key)
                     .filter(|p| p.window_secs > 0 && !p.window_max_lamports.is_empty())
-                else {
-                    continue;
-                };
-                let moved = lamports_moved(&intent).map_err(|v| Error::PolicyDenied {
-                    op_id: op_id.clone(),
-                    rule: v.0,
-                })?;
-                let lamports = moved
-                    .iter()
-                    .fold(U256::ZERO, |sum, (_, l)| sum.saturating_add(U256::from(*l)));
-                window.push((key, policy.clone(), lamports));
-            }
-        }
+                    .map(|policy| (key, policy.clone()))
+            })
+            .collect();
+        let window = if windowed.is_empty() {
+            Vec::new()
+        } else {
+            let moved = lamports_moved(&intent).map_err(|v| Error::PolicyDenied {
+                op_id: op_id.clone(),
+                rule: v.0,
+            })?;
+            let lamports = moved
+                .iter()
+                .fold(U256::ZERO, |sum, (_, l)| sum.saturating_add(U256::from(*l)));
+            windowed
+                .into_iter()
+                .map(|(key, policy)| (key, policy, lamports))
+                .collect()
+        };
         let keys = signers
             .into_iter()
             .map(|signer| {

@@ -142,26 +142,17 @@ impl Gateway {
             );
         }
         if url.starts_with("https://") {
-            let read = |p: &std::path::Path| {
-                std::fs::read(p).with_context(|| format!("reading {}", p.display()))
-            };
             // No system trust store is built in: a deployment's gateway certificate comes
             // from its own CA.
             let Some(ca) = &how.ca else {
                 bail!("an https gateway needs --ca (the CA that issued its certificate)");
             };
-            let mut tls = tonic::transport::ClientTlsConfig::new()
-                .ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
-            match (&how.cert, &how.key) {
-                (Some(cert), Some(key)) => {
-                    tls = tls.identity(tonic::transport::Identity::from_pem(
-                        read(cert)?,
-                        read(key)?,
-                    ));
-                }
-                (None, None) => {}
+            let identity = match (&how.cert, &how.key) {
+                (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
+                (None, None) => None,
                 _ => bail!("--cert and --key go together"),
-            }
+            };
+            let mut tls = client_tls(ca, identity)?;
             if let Some(name) = &how.server_name {
                 tls = tls.domain_name(name.clone());
             }
@@ -353,6 +344,25 @@ impl Gateway {
     }
 }
 
+/// TLS to a server whose certificate `ca` (PEM) issued, presenting `identity` (certificate
+/// and key, PEM) if given.
+fn client_tls(
+    ca: &std::path::Path,
+    identity: Option<(&std::path::Path, &std::path::Path)>,
+) -> Result<tonic::transport::ClientTlsConfig> {
+    let read =
+        |p: &std::path::Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
+    Ok(match identity {
+        Some((cert, key)) => tls.identity(tonic::transport::Identity::from_pem(
+            read(cert)?,
+            read(key)?,
+        )),
+        None => tls,
+    })
+}
+
 /// The signer's keys, over its Unix socket or mutual TLS, within `timeout` (default 30 s).
 pub(crate) async fn signer_keys(
     url: &str,
@@ -386,17 +396,7 @@ pub(crate) async fn signer_keys(
                 .with_context(|| format!("signer address {url:?}"))?
                 .connect_timeout(Duration::from_secs(5));
             if let Some((ca, cert, key)) = tls {
-                let read = |p: &std::path::Path| {
-                    std::fs::read(p).with_context(|| format!("reading {}", p.display()))
-                };
-                endpoint = endpoint.tls_config(
-                    tonic::transport::ClientTlsConfig::new()
-                        .ca_certificate(tonic::transport::Certificate::from_pem(read(&ca)?))
-                        .identity(tonic::transport::Identity::from_pem(
-                            read(&cert)?,
-                            read(&key)?,
-                        )),
-                )?;
+                endpoint = endpoint.tls_config(client_tls(&ca, Some((&cert, &key)))?)?;
             }
             endpoint
                 .connect()

@@ -233,6 +233,11 @@ impl Gateway {
         if self.operators.is_empty() {
             return self.open;
         }
+        self.listed_operator(caller)
+    }
+
+    /// Whether `operators` names `caller` (an empty list names nobody).
+    fn listed_operator(&self, caller: &str) -> bool {
         !caller.is_empty() && self.operators.iter().any(|o| o == caller)
     }
 
@@ -370,8 +375,7 @@ impl Gateway {
         // Listed by identity only: on an open development gateway every caller is the
         // operator, and one sharing the store with an authenticating gateway would show
         // anyone its callers' operations.
-        let listed = !caller.is_empty() && self.operators.iter().any(|o| o == caller);
-        self.read(caller, op_id, listed).await
+        self.read(caller, op_id, self.listed_operator(caller)).await
     }
 
     /// `caller`'s own operation `op_id`, to change; another caller's is NOT_FOUND.

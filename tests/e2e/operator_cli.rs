@@ -336,3 +336,102 @@ fn output_into_a_closed_pipe_ends_quietly_and_completions_complete() {
         );
     }
 }
+
+/// `reconcile` of a Solana operation reads only endpoints of the operation's cluster. Another
+/// cluster's node knows none of its signatures and has passed its blockhash's last valid
+/// height: read as this cluster's, that says "expired, nothing landed", and the verdict would
+/// tell an operator that a CONFIRMED transfer can be re-signed (paid twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reconcile_of_a_solana_operation_reads_no_endpoint_of_another_cluster() {
+    use crate::solana_ops::{get, key_bytes, sol_transfer};
+    let node = sigcast_e2e::SolanaNode::start(Duration::from_millis(50)).await;
+    let elsewhere = sigcast_e2e::SolanaNode::start(Duration::from_millis(5)).await;
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        solana_rpc: Some(node.url.clone()),
+        solana_accounts: 1,
+        ..Default::default()
+    })
+    .await;
+    let from = stack.solana_accounts[0].clone();
+    node.airdrop(key_bytes(&from), 1_000_000_000);
+    let mut client = stack.client().await;
+    client
+        .submit_operation(sol_transfer(
+            "sol-a",
+            &from,
+            &crate::solana_ops::recipient(0),
+            1_000_000,
+        ))
+        .await
+        .unwrap();
+    wait_terminal(&stack, &["sol-a".into()], Duration::from_secs(60)).await;
+    let op = get(&stack, "sol-a").await;
+    assert_eq!(op.state(), pb::OperationState::Confirmed, "{op:?}");
+    let Some(pb::operation::Signing::Solana(signing)) = &op.signing else {
+        panic!("{op:?}")
+    };
+    while elsewhere.slot() <= signing.last_valid_block_height + 10 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let genesis = node.genesis_hash();
+
+    // The operation's own cluster: the chain agrees with the store.
+    let report = json(
+        &stack,
+        &[
+            "reconcile",
+            "sol-a",
+            "--rpc",
+            &node.url,
+            "--genesis-hash",
+            &genesis,
+        ],
+    );
+    let verdict = report["verdict"].as_str().unwrap();
+    assert!(
+        verdict.starts_with("agrees: attempt 1 confirmed"),
+        "{report}"
+    );
+
+    // Another cluster's node, alone or beside the right one: not read, and no verdict rests
+    // on it.
+    for urls in [vec![&elsewhere.url], vec![&elsewhere.url, &node.url]] {
+        let mut args = vec!["reconcile", "sol-a", "--genesis-hash", &genesis];
+        for url in &urls {
+            args.extend(["--rpc", url.as_str()]);
+        }
+        let report = json(&stack, &args);
+        let verdict = report["verdict"].as_str().unwrap();
+        assert!(
+            !verdict.contains("re-sign") && !verdict.contains("DISAGREES"),
+            "{report}"
+        );
+        let facts = report["chain"].to_string();
+        assert!(facts.contains("another cluster"), "{report}");
+        if urls.len() == 2 {
+            assert!(
+                verdict.starts_with("agrees: attempt 1 confirmed"),
+                "{report}"
+            );
+        }
+    }
+
+    // A cluster whose genesis hash nobody knows: the CLI asks for it rather than trust
+    // whatever the endpoint serves.
+    let error = fails(&stack, 1, &["reconcile", "sol-a", "--rpc", &elsewhere.url]);
+    assert!(error.contains("--genesis-hash"), "{error}");
+    let error = fails(
+        &stack,
+        2,
+        &[
+            "reconcile",
+            "sol-a",
+            "--rpc",
+            &node.url,
+            "--genesis-hash",
+            "not-a-hash",
+        ],
+    );
+    assert!(error.contains("--genesis-hash"), "{error}");
+}

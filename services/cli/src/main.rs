@@ -98,6 +98,11 @@ enum Command {
         /// broadcaster's `confirmations`.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
         confirmations: u64,
+        /// The genesis hash of the operation's Solana cluster (its `getGenesisHash`), as the
+        /// broadcaster's `genesis_hash`: an endpoint serving another cluster is not read.
+        /// Needed for a cluster other than mainnet-beta, devnet and testnet.
+        #[arg(long, value_parser = genesis_hash)]
+        genesis_hash: Option<String>,
     },
     /// The keys the signer holds (public data only).
     Keys {
@@ -204,6 +209,15 @@ fn output_failed(error: std::io::Error) -> ! {
     std::process::exit(1)
 }
 
+/// `--genesis-hash`: base58 of 32 bytes.
+fn genesis_hash(value: &str) -> Result<String, String> {
+    if sigcast_solana::is_genesis_hash(value) {
+        Ok(value.to_owned())
+    } else {
+        Err("not a genesis hash (base58 of 32 bytes)".into())
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let result = match args.command {
@@ -283,10 +297,13 @@ async fn run(gateway: &str, how: &client::Connection, json: bool, command: Comma
             op_id,
             rpc_urls,
             confirmations,
+            genesis_hash,
         } => {
             let mut client = client::Gateway::connect(gateway, how).await?;
             let op = client.get(&op_id).await?;
-            let report = reconcile::reconcile(&op, &rpc_urls, confirmations).await?;
+            let report =
+                reconcile::reconcile(&op, &rpc_urls, confirmations, genesis_hash.as_deref())
+                    .await?;
             out.reconcile(&op, &report)
         }
         Command::Keys {

@@ -26,6 +26,7 @@ pub(crate) async fn reconcile(
     op: &pb::Operation,
     urls: &[String],
     confirmations: u64,
+    genesis_hash: Option<&str>,
 ) -> Result<Report> {
     let timeout = Duration::from_secs(10);
     if op.attempts.is_empty() {
@@ -46,7 +47,22 @@ pub(crate) async fn reconcile(
         Ok(Chain::Evm { chain_id }) => {
             evm(op, chain_id, &EvmRpc::new(urls, timeout)?, confirmations).await?
         }
-        Ok(Chain::Solana { .. }) => solana(op, &SolanaRpc::new(urls, timeout)?).await?,
+        Ok(Chain::Solana { cluster }) => {
+            // As the broadcaster does: only the cluster's own endpoints are evidence. Unlike
+            // it, never pinned to what the endpoints given answer: one URL of the wrong
+            // cluster would agree with itself.
+            let Some(genesis) =
+                genesis_hash.or_else(|| sigcast_solana::known_genesis_hash(&cluster))
+            else {
+                bail!(
+                    "cluster {cluster} has no known genesis hash: pass --genesis-hash (the \
+                     cluster's getGenesisHash, as the broadcaster's genesis_hash) so that an \
+                     endpoint of another cluster is not read as this one's"
+                );
+            };
+            let rpc = SolanaRpc::new(urls, timeout)?.expecting_cluster(&cluster, Some(genesis));
+            solana(op, &rpc, genesis).await?
+        }
         Err(rule) => bail!("chain {}: {rule}", op.chain),
     };
     let verdict = verdict(op, &judge(op, &evidence, SystemTime::now(), &rules));
@@ -168,7 +184,7 @@ async fn evm(op: &pb::Operation, chain_id: u64, rpc: &EvmRpc, confirmations: u64
     Ok((Evidence::Evm(views), facts, attempts))
 }
 
-async fn solana(op: &pb::Operation, rpc: &SolanaRpc) -> Result<Read> {
+async fn solana(op: &pb::Operation, rpc: &SolanaRpc, genesis: &str) -> Result<Read> {
     let signing = sigcast_protocol::solana::signing_of(op)
         .context("a Solana operation without its signing data")?;
     let signatures: Vec<String> = op.attempts.iter().map(|a| a.tx_id.clone()).collect();
@@ -197,6 +213,15 @@ async fn solana(op: &pb::Operation, rpc: &SolanaRpc) -> Result<Read> {
     ];
     let mut views: Vec<SolanaView> = Vec::new();
     for endpoint in rpc.ranked_endpoints() {
+        // Another cluster knows none of our signatures and may be past their blockhash:
+        // read as ours, that would say "expired, nothing landed".
+        if !rpc.serves_cluster(&endpoint).await {
+            facts.push((
+                format!("{} serves", endpoint.label()),
+                format!("another cluster than genesis {genesis}, or no answer: not read"),
+            ));
+            continue;
+        }
         let view =
             sigcast_solana::evidence::read_view(&endpoint, &signatures, nonce_account.as_ref())
                 .await;
@@ -304,10 +329,24 @@ fn verdict(op: &pb::Operation, action: &Action) -> String {
                 )
             }
         }
-        Action::Resign(proof) => format!(
-            "{s}: no attempt can land (shown by {}): the broadcaster re-signs it, or cancels it if asked",
-            proof.endpoint
-        ),
+        Action::Resign(proof) => match stored {
+            // Nothing landed, where the store says something did.
+            Some(OperationState::Confirmed) => format!(
+                "DISAGREES: the store says {s}, the chain shows no attempt landed or can \
+                 (shown by {})",
+                proof.endpoint
+            ),
+            // Cancelled before it could land, or rejected on this proof.
+            Some(state) if state.is_terminal() => format!(
+                "agrees: no attempt landed or can (shown by {})",
+                proof.endpoint
+            ),
+            _ => format!(
+                "{s}: no attempt can land (shown by {}): the broadcaster re-signs it, or \
+                 cancels it if asked",
+                proof.endpoint
+            ),
+        },
         Action::Wait(why) | Action::ReadMore(why) => format!("{s}: nothing settled: {why}"),
         Action::Send(n) => {
             format!("{s}: in flight; attempt {n}'s same bytes are sent again until it lands")
@@ -316,5 +355,36 @@ fn verdict(op: &pb::Operation, action: &Action) -> String {
             format!("{s}: in flight; the broadcaster signs a {replacement:?} at the same nonce")
         }
         Action::Sign => format!("{s}: not signed yet"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Proof that no attempt can land says opposite things beside each stored state.
+    #[test]
+    fn a_proof_that_nothing_can_land_is_read_against_the_stored_state() {
+        let proof = Action::Resign(pb::Evidence {
+            endpoint: "http://node".into(),
+            ..Default::default()
+        });
+        let verdict = |state: pb::OperationState| {
+            let mut op = pb::Operation::default();
+            op.set_state(state);
+            verdict(&op, &proof)
+        };
+        assert_eq!(
+            verdict(pb::OperationState::Confirmed),
+            "DISAGREES: the store says CONFIRMED, the chain shows no attempt landed or can \
+             (shown by http://node)"
+        );
+        for state in [pb::OperationState::Cancelled, pb::OperationState::Rejected] {
+            assert_eq!(
+                verdict(state),
+                "agrees: no attempt landed or can (shown by http://node)"
+            );
+        }
+        assert!(verdict(pb::OperationState::Sent).starts_with("SENT: no attempt can land"));
     }
 }

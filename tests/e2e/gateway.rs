@@ -126,10 +126,12 @@ async fn file_config_applies_and_sigterm_stops_cleanly() {
         "sigcast.v1.OperationService/SubmitOperation",
     ]);
     assert!(ok, "{err}");
+    // A new op_id on a chain the file leaves out (under the op_id just used, the answer is
+    // the conflict with its operation, whatever the chain).
     let (ok, _, err) = grpcurl(&[
         "-plaintext",
         "-d",
-        SUBMIT,
+        &SUBMIT.replace("grpcurl-1", "grpcurl-2"),
         &addr,
         "sigcast.v1.OperationService/SubmitOperation",
     ]);

@@ -34,7 +34,7 @@ fn record_directly(
     tamper: impl Fn(&mut pb::Operation),
 ) {
     let rules = IntentRules::default();
-    let intent = sigcast_proto::intent_from_proto("intent", request.intent.as_ref(), &rules)
+    let intent = sigcast_proto::intent_from_proto("intent", request.intent.as_ref(), Some(&rules))
         .expect("a valid intent");
     let op_id = sigcast_domain::OpId::parse(&request.op_id).unwrap();
     let mut op = sigcast_proto::new_operation(&op_id, &intent);

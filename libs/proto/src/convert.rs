@@ -49,12 +49,14 @@ pub fn parse_op_id(field: &str, text: &str) -> Result<OpId, FieldViolation> {
     })
 }
 
-/// Parses and validates a request's intent against the deployment's rules. `field` is the
-/// intent's path in the request (`intent`).
+/// Parses and validates a request's intent against the deployment's rules (`None`: its
+/// shape alone, any chain, cluster or call-data size, as a retry is matched against an
+/// operation accepted under the rules of its time). `field` is the intent's path in the
+/// request (`intent`).
 pub fn intent_from_proto(
     field: &str,
     intent: Option<&pb::Intent>,
-    rules: &IntentRules,
+    rules: Option<&IntentRules>,
 ) -> Result<Intent, Vec<FieldViolation>> {
     use pb::intent::Kind;
     let mut v = Violations::default();
@@ -69,7 +71,7 @@ pub fn intent_from_proto(
             let at = format!("{field}.evm_transfer");
             let chain = v.check(
                 || format!("{at}.chain_id"),
-                rules.check_evm_chain(t.chain_id),
+                rules.map_or(Ok(()), |r| r.check_evm_chain(t.chain_id)),
             );
             let from = v.check(|| format!("{at}.from"), EvmAddress::parse(&t.from));
             let to = v.check(|| format!("{at}.to"), EvmAddress::parse(&t.to));
@@ -88,11 +90,14 @@ pub fn intent_from_proto(
             let at = format!("{field}.evm_contract_call");
             let chain = v.check(
                 || format!("{at}.chain_id"),
-                rules.check_evm_chain(c.chain_id),
+                rules.map_or(Ok(()), |r| r.check_evm_chain(c.chain_id)),
             );
             let from = v.check(|| format!("{at}.from"), EvmAddress::parse(&c.from));
             let to = v.check(|| format!("{at}.to"), EvmAddress::parse(&c.to));
-            let data = v.check(|| format!("{at}.data"), rules.check_evm_call_data(&c.data));
+            let data = v.check(
+                || format!("{at}.data"),
+                rules.map_or(Ok(()), |r| r.check_evm_call_data(&c.data)),
+            );
             let value = if c.value_wei.is_empty() {
                 Some(Wei::zero())
             } else {
@@ -116,7 +121,7 @@ pub fn intent_from_proto(
             let at = format!("{field}.solana_transfer");
             let cluster = v.check(
                 || format!("{at}.cluster"),
-                rules.check_solana_cluster(&t.cluster),
+                rules.map_or(Ok(()), |r| r.check_solana_cluster(&t.cluster)),
             );
             let from = v.check(|| format!("{at}.from"), SolanaPubkey::parse(&t.from));
             let to = v.check(|| format!("{at}.to"), SolanaPubkey::parse(&t.to));
@@ -135,7 +140,7 @@ pub fn intent_from_proto(
             let at = format!("{field}.solana_instructions");
             let cluster = v.check(
                 || format!("{at}.cluster"),
-                rules.check_solana_cluster(&list.cluster),
+                rules.map_or(Ok(()), |r| r.check_solana_cluster(&list.cluster)),
             );
             let fee_payer = v.check(
                 || format!("{at}.fee_payer"),
@@ -347,6 +352,78 @@ mod tests {
         result.unwrap_err().into_iter().map(|v| v.field).collect()
     }
 
+    /// Without the deployment's rules an intent is read for its shape: any chain, cluster or
+    /// call-data size, each its own fingerprint; a malformed field is still refused.
+    #[test]
+    fn the_shape_alone_admits_what_a_deployment_does_not_serve() {
+        let intents = [
+            Kind::EvmTransfer(pb::EvmTransfer {
+                chain_id: 1,
+                from: "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266".into(),
+                to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8".into(),
+                value_wei: "1".into(),
+            }),
+            Kind::EvmContractCall(pb::EvmContractCall {
+                chain_id: 5,
+                from: "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266".into(),
+                to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8".into(),
+                data: vec![1; 128 * 1024 + 1],
+                value_wei: String::new(),
+                gas_limit: None,
+            }),
+            Kind::SolanaTransfer(pb::SolanaTransfer {
+                cluster: "devnet".into(),
+                from: "4Nd1mBQtrMJVYVfKf2PJy9NZUZdTAsp7D4xWLs4gDB4T".into(),
+                to: "11111111111111111111111111111111".into(),
+                lamports: "1".into(),
+            }),
+            Kind::SolanaInstructions(pb::SolanaInstructions {
+                cluster: "testnet".into(),
+                fee_payer: "4Nd1mBQtrMJVYVfKf2PJy9NZUZdTAsp7D4xWLs4gDB4T".into(),
+                instructions: vec![pb::SolanaInstruction {
+                    program_id: "11111111111111111111111111111111".into(),
+                    ..Default::default()
+                }],
+            }),
+        ];
+        let expected = [
+            "intent.evm_transfer.chain_id",
+            "intent.evm_contract_call.chain_id",
+            "intent.solana_transfer.cluster",
+            "intent.solana_instructions.cluster",
+        ];
+        for (kind, field) in intents.into_iter().zip(expected) {
+            let intent = pb::Intent { kind: Some(kind) };
+            assert!(intent_from_proto("intent", Some(&intent), None).is_ok());
+            let refused = fields(intent_from_proto("intent", Some(&intent), Some(&rules())));
+            assert_eq!(refused[0], field, "{refused:?}");
+        }
+        let mut large = rules();
+        large.evm_chain_ids.insert(5);
+        let call = pb::Intent {
+            kind: Some(Kind::EvmContractCall(pb::EvmContractCall {
+                chain_id: 5,
+                from: "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266".into(),
+                to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8".into(),
+                data: vec![1; 128 * 1024 + 1],
+                value_wei: String::new(),
+                gas_limit: None,
+            })),
+        };
+        assert_eq!(
+            fields(intent_from_proto("intent", Some(&call), Some(&large))),
+            ["intent.evm_contract_call.data"]
+        );
+        let mut malformed = call;
+        if let Some(Kind::EvmContractCall(c)) = malformed.kind.as_mut() {
+            c.to = "0x7099".into();
+        }
+        assert_eq!(
+            fields(intent_from_proto("intent", Some(&malformed), None)),
+            ["intent.evm_contract_call.to"]
+        );
+    }
+
     #[test]
     fn a_list_past_its_count_is_not_read_entry_by_entry() {
         // A megabyte of empty entries: one violation for the count, not one per entry (each
@@ -374,7 +451,7 @@ mod tests {
             let named = fields(intent_from_proto(
                 "intent",
                 Some(&list(instructions)),
-                &rules(),
+                Some(&rules()),
             ));
             assert!(named.len() <= 4, "{} violations", named.len());
             assert!(named.iter().any(|f| f == counted), "{named:?}");
@@ -392,7 +469,7 @@ mod tests {
             })),
         };
         assert_eq!(
-            fields(intent_from_proto("intent", Some(&intent), &rules())),
+            fields(intent_from_proto("intent", Some(&intent), Some(&rules()))),
             [
                 "intent.evm_transfer.chain_id",
                 "intent.evm_transfer.from",
@@ -400,14 +477,14 @@ mod tests {
             ]
         );
         assert_eq!(
-            fields(intent_from_proto("intent", None, &rules())),
+            fields(intent_from_proto("intent", None, Some(&rules()))),
             ["intent"]
         );
         assert_eq!(
             fields(intent_from_proto(
                 "intent",
                 Some(&pb::Intent { kind: None }),
-                &rules()
+                Some(&rules())
             )),
             ["intent"]
         );
@@ -439,7 +516,7 @@ mod tests {
             })),
         };
         assert_eq!(
-            fields(intent_from_proto("intent", Some(&intent), &rules())),
+            fields(intent_from_proto("intent", Some(&intent), Some(&rules()))),
             ["intent.solana_instructions.instructions[0].accounts[1].pubkey"]
         );
     }
@@ -456,14 +533,14 @@ mod tests {
                 gas_limit: Some(50_000),
             })),
         };
-        let parsed = intent_from_proto("intent", Some(&intent), &rules()).unwrap();
+        let parsed = intent_from_proto("intent", Some(&intent), Some(&rules())).unwrap();
         let Some(Kind::EvmContractCall(back)) = intent_to_proto(&parsed).kind else {
             panic!()
         };
         assert_eq!(back.from, "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");
         assert_eq!(back.value_wei, "0");
         assert_eq!(
-            intent_from_proto("intent", Some(&intent_to_proto(&parsed)), &rules()).unwrap(),
+            intent_from_proto("intent", Some(&intent_to_proto(&parsed)), Some(&rules())).unwrap(),
             parsed
         );
     }

@@ -146,7 +146,13 @@ impl From<Error> for Status {
                     ErrorDetails::with_error_info("CALLER_NOT_ALLOWED", "sigcast", metadata);
                 Status::with_error_details(Code::PermissionDenied, message, details)
             }
-            Error::OpIdTaken(_) => Status::already_exists(message),
+            // A conflict as the contract names it (a client keys on the reason), without the
+            // other caller's fingerprint.
+            Error::OpIdTaken(op_id) => {
+                let metadata = HashMap::from([("op_id".to_owned(), op_id.clone())]);
+                let details = ErrorDetails::with_error_info("OP_ID_CONFLICT", "sigcast", metadata);
+                Status::with_error_details(Code::AlreadyExists, message, details)
+            }
             Error::TooManyWatches(_) => Status::resource_exhausted(message),
             Error::NotFound(_) => Status::not_found(message),
             Error::FailedPrecondition { op_id, state, .. } => {

@@ -3,7 +3,7 @@
 use crate::error::{Error, Result, state_name};
 use crate::identity::MeshConfig;
 use sigcast_domain::callers::{CallerRule, Callers};
-use sigcast_domain::{Chain, EvmAddress, IntentRules, SolanaPubkey};
+use sigcast_domain::{Chain, EvmAddress, Intent, IntentRules, OpId, SolanaPubkey};
 use sigcast_proto::sigcast::v1::operation_service_server::OperationService;
 use sigcast_proto::{FieldViolation, intent_from_proto, parse_op_id, pb};
 use sigcast_store::Store;
@@ -281,27 +281,56 @@ impl Gateway {
         self
     }
 
+    /// Whether this gateway may create `intent` for `caller`: a chain and sizes it serves,
+    /// what the callers table allows `caller`, what the key's policy allows.
+    fn may_create(
+        &self,
+        caller: &str,
+        op_id: &OpId,
+        request: &pb::SubmitOperationRequest,
+        intent: &Intent,
+    ) -> Result<()> {
+        intent_from_proto("intent", request.intent.as_ref(), Some(&self.rules))
+            .map_err(Error::InvalidArgument)?;
+        if let Err(violation) = Callers(&self.callers).may_submit(caller, intent) {
+            tracing::info!(sigcast.op_id = %op_id, ?caller, rule = %violation.0, "refused: caller not allowed");
+            return Err(Error::CallerDenied { rule: violation.0 });
+        }
+        if let Err(violation) = sigcast_domain::policy::check_intent(&self.policies, intent) {
+            let account = intent.account();
+            tracing::info!(sigcast.op_id = %op_id, %account, rule = %violation.0, "refused by key policy");
+            return Err(Error::PolicyDenied {
+                account,
+                rule: violation.0,
+            });
+        }
+        Ok(())
+    }
+
     async fn submit(
         &self,
         caller: String,
         request: pb::SubmitOperationRequest,
     ) -> Result<pb::SubmitOperationResponse> {
+        // The intent's shape first: a retry is matched against its operation as it was
+        // accepted, under the rules of its time. This gateway's rules (chains and sizes
+        // served, the callers table, key policies) may have changed since, on this replica or
+        // another; they bound what it creates. A retry refused by them, with "nothing was
+        // recorded", would have its caller pay another way while the operation lands.
         let op_id = parse_op_id("op_id", &request.op_id);
-        let intent = intent_from_proto("intent", request.intent.as_ref(), &self.rules);
-        let (op_id, intent) = match (op_id, intent) {
+        let shape = intent_from_proto("intent", request.intent.as_ref(), None);
+        let (op_id, intent) = match (op_id, shape) {
             (Ok(op_id), Ok(intent)) => (op_id, intent),
-            (op_id, intent) => {
+            (op_id, _) => {
                 let mut violations: Vec<FieldViolation> = op_id.err().into_iter().collect();
-                violations.extend(intent.err().unwrap_or_default());
+                let served =
+                    intent_from_proto("intent", request.intent.as_ref(), Some(&self.rules));
+                violations.extend(served.err().unwrap_or_default());
                 return Err(Error::InvalidArgument(violations));
             }
         };
         // A caller refused here reads nothing from the store.
-        self.identified(&caller)?;
-        if let Err(violation) = Callers(&self.callers).may_submit(&caller, &intent) {
-            tracing::info!(sigcast.op_id = %op_id, ?caller, rule = %violation.0, "refused: caller not allowed");
-            return Err(Error::CallerDenied { rule: violation.0 });
-        }
+        self.may_read(&caller)?;
         let fingerprint = intent.fingerprint().to_string();
         let root = self.store.root().clone();
 
@@ -313,17 +342,15 @@ impl Gateway {
             .read_point(move |tx| operations::get(tx, &lookup_root, &lookup_id))
             .await?;
         let outcome = match existing {
-            Some(stored) => operations::classify_submit(stored, &fingerprint),
-            None => {
-                let account = intent.account();
-                if let Err(violation) =
-                    sigcast_domain::policy::check_intent(&self.policies, &intent)
-                {
-                    tracing::info!(sigcast.op_id = %op_id, %account, rule = %violation.0, "refused by key policy");
-                    return Err(Error::PolicyDenied {
-                        account,
-                        rule: violation.0,
-                    });
+            Some(stored) if stored.caller == caller => {
+                operations::classify_submit(stored, &fingerprint)
+            }
+            // Another caller's op_id is said to be taken only for an intent this caller may
+            // submit: its refusal tells nothing of whether the op_id exists.
+            existing => {
+                self.may_create(&caller, &op_id, &request, &intent)?;
+                if existing.is_some() {
+                    return Err(Error::OpIdTaken(op_id.to_string()));
                 }
                 let mut new = sigcast_proto::new_operation(&op_id, &intent);
                 new.caller = caller.clone();

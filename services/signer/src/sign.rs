@@ -556,17 +556,16 @@ impl Signer {
     /// something other than the gateway) is refused: the key, its policy and its nonces are
     /// chosen from the intent alone.
     fn stored_intent(&self, op: &pb::Operation) -> Result<Intent> {
-        let intent =
-            intent_from_proto("intent", op.intent.as_ref(), &self.rules).map_err(|violations| {
-                Error::BadIntent {
-                    op_id: op.op_id.clone(),
-                    reason: violations
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                }
-            })?;
+        let intent = intent_from_proto("intent", op.intent.as_ref(), Some(&self.rules)).map_err(
+            |violations| Error::BadIntent {
+                op_id: op.op_id.clone(),
+                reason: violations
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            },
+        )?;
         record_matches(op, &intent)?;
         Ok(intent)
     }

@@ -419,8 +419,8 @@ fn resolve(world: &World, op_id: &str) -> Result<Resolved, String> {
         .map_err(|e| e.to_string())?
         .ok_or("not recorded")?;
     let rules = world.intent_rules();
-    let intent =
-        intent_from_proto("intent", op.intent.as_ref(), &rules).map_err(|v| format!("{v:?}"))?;
+    let intent = intent_from_proto("intent", op.intent.as_ref(), Some(&rules))
+        .map_err(|v| format!("{v:?}"))?;
     let (sender, gas_limit) = match &intent {
         Intent::EvmTransfer(transfer) => (transfer.from, 21_000),
         Intent::EvmContractCall(call) => (call.from, call.gas_limit.unwrap_or(21_000)),

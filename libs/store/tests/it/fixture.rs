@@ -47,7 +47,7 @@ fn a_store_of_the_previous_release_reads_and_moves_on() {
     assert_eq!(received.state(), pb::OperationState::Received);
     assert!(received.caller.is_empty(), "no caller before format 3");
     for op in [&received, &sent] {
-        let intent = sigcast_proto::intent_from_proto("intent", op.intent.as_ref(), &rules)
+        let intent = sigcast_proto::intent_from_proto("intent", op.intent.as_ref(), Some(&rules))
             .expect("the stored intent parses");
         assert_eq!(
             op.intent_fingerprint,

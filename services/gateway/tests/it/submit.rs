@@ -496,3 +496,157 @@ async fn what_the_key_policy_forbids_is_permission_denied_at_submit_and_not_reco
         "a SOL transfer invokes the System Program: allowed"
     );
 }
+
+/// A retry must find its operation whatever the gateway answering it serves now. A replica
+/// whose rules changed since the operation was accepted (a chain dropped, a smaller call-data
+/// limit, a tighter key policy) answers the stored operation: a refusal saying nothing was
+/// recorded would have its caller pay another way while the operation lands.
+#[tokio::test]
+async fn a_retry_finds_its_operation_after_the_rules_it_was_accepted_under_changed() {
+    let then = Rig::start_with(|config| config.chains.evm_chain_ids = vec![1, 31337]).await;
+    let mut on_chain_1 = transfer("on-chain-1", "5000");
+    if let Some(pb::Intent {
+        kind: Some(Kind::EvmTransfer(t)),
+    }) = on_chain_1.intent.as_mut()
+    {
+        t.chain_id = 1;
+    }
+    let large_call = pb::SubmitOperationRequest {
+        op_id: "large-call".into(),
+        intent: evm_call(vec![7; 2000], Some(100_000)),
+    };
+    let mut accepted = Vec::new();
+    for request in [on_chain_1.clone(), large_call.clone()] {
+        let answer = then.client.clone().submit_operation(request).await.unwrap();
+        accepted.push(answer.into_inner().operation.unwrap());
+    }
+
+    let store = then.config.store.clone();
+    let now = Rig::start_with(move |config| {
+        config.store = store;
+        config.limits.max_evm_call_data_bytes = 1000;
+        config.policies = vec![sigcast_domain::policy::KeyPolicy {
+            account: ALICE.into(),
+            max_value_wei: "1".into(),
+            ..Default::default()
+        }];
+    })
+    .await;
+    let before = now.snapshot();
+    for (request, stored) in [on_chain_1.clone(), large_call].into_iter().zip(accepted) {
+        let answer = now
+            .client
+            .clone()
+            .submit_operation(request)
+            .await
+            .unwrap_or_else(|status| panic!("{status:?}"))
+            .into_inner();
+        assert!(answer.replayed);
+        assert_eq!(answer.operation.unwrap(), stored);
+    }
+    // Another intent under a known op_id is still a conflict, not a refusal of its shape.
+    let mut changed = on_chain_1.clone();
+    if let Some(pb::Intent {
+        kind: Some(Kind::EvmTransfer(t)),
+    }) = changed.intent.as_mut()
+    {
+        t.value_wei = "6000".into();
+    }
+    let status = now
+        .client
+        .clone()
+        .submit_operation(changed)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::AlreadyExists, "{status:?}");
+    assert_eq!(now.snapshot(), before, "nothing recorded");
+
+    // A new operation meets the rules of now.
+    on_chain_1.op_id = "on-chain-1-again".into();
+    let status = now
+        .client
+        .clone()
+        .submit_operation(on_chain_1)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("intent.evm_transfer.chain_id"),
+        "{status:?}"
+    );
+    assert_eq!(now.snapshot(), before, "nothing recorded");
+}
+
+/// Submits `request` as the mesh-forwarded identity `uri`.
+async fn submit_as(
+    rig: &Rig,
+    uri: &str,
+    request: pb::SubmitOperationRequest,
+) -> Result<pb::SubmitOperationResponse, tonic::Status> {
+    let mut request = tonic::Request::new(request);
+    request.metadata_mut().insert(
+        "x-forwarded-client-cert",
+        format!("URI={uri}").parse().unwrap(),
+    );
+    rig.client
+        .clone()
+        .submit_operation(request)
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// op_ids are one namespace: another caller's op_id is refused. It is said to be taken only
+/// for an intent the caller may submit: one its key policy forbids gets the same refusal
+/// whether the op_id exists or not, so that no caller learns of another's operations by
+/// trying op_ids (the recommended ones are derived from payment facts).
+#[tokio::test]
+async fn another_caller_s_op_id_is_said_taken_only_for_an_intent_the_caller_may_submit() {
+    let rig = Rig::start_with(|config| {
+        config.allow_plaintext = true;
+        config.mesh = Some(sigcast_gateway::identity::MeshConfig {
+            sidecars: vec!["127.0.0.1".parse().unwrap()],
+            header: "x-forwarded-client-cert".into(),
+        });
+        config.policies = vec![sigcast_domain::policy::KeyPolicy {
+            account: ALICE.into(),
+            max_value_wei: "100".into(),
+            ..Default::default()
+        }];
+    })
+    .await;
+    let (a, b) = ("spiffe://t/a", "spiffe://t/b");
+    submit_as(&rig, a, transfer("pay-1", "10")).await.unwrap();
+    let before = rig.snapshot();
+
+    let taken = submit_as(&rig, b, transfer("pay-1", "1000"))
+        .await
+        .unwrap_err();
+    let free = submit_as(&rig, b, transfer("pay-2", "1000"))
+        .await
+        .unwrap_err();
+    assert_eq!(taken.code(), Code::PermissionDenied, "{taken:?}");
+    assert_eq!(taken.code(), free.code());
+    assert_eq!(
+        taken.message().replace("pay-1", "pay-2"),
+        free.message(),
+        "the same refusal"
+    );
+
+    // An intent it may submit: taken, as the contract names a conflict, without the other
+    // caller's fingerprint.
+    let status = submit_as(&rig, b, transfer("pay-1", "10"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::AlreadyExists, "{status:?}");
+    let info = status.get_details_error_info().expect("ErrorInfo");
+    assert_eq!(info.reason, "OP_ID_CONFLICT");
+    assert_eq!(
+        info.metadata.get("op_id").map(String::as_str),
+        Some("pay-1")
+    );
+    assert!(
+        !info.metadata.contains_key("stored_fingerprint"),
+        "{info:?}"
+    );
+    assert_eq!(rig.snapshot(), before, "nothing recorded");
+}

@@ -263,8 +263,8 @@ async fn sign_one(
         solana_clusters: [CLUSTER.to_owned()].into(),
         ..Default::default()
     };
-    let intent =
-        intent_from_proto("intent", op.intent.as_ref(), &rules).map_err(|v| format!("{v:?}"))?;
+    let intent = intent_from_proto("intent", op.intent.as_ref(), Some(&rules))
+        .map_err(|v| format!("{v:?}"))?;
     let Intent::SolanaTransfer(transfer) = &intent else {
         return Err("only Solana transfers are simulated".into());
     };

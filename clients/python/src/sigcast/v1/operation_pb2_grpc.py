@@ -72,6 +72,8 @@ class OperationServiceServicer:
         """SubmitOperation records an operation under the caller's idempotency key `op_id`.
         Same op_id and same intent: the stored operation, flagged `replayed`, no new effect.
         Same op_id and another intent: ALREADY_EXISTS (ErrorInfo reason OP_ID_CONFLICT), nothing changed.
+        A retry is matched whatever the rules in force now (chains, sizes, callers, key policies):
+        they bound what is created, never what was.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -63,7 +63,7 @@ pub(crate) async fn naive_transfer(via: &EvmRpc, to: &str, value: u64) -> usize 
             u64::from_str_radix(nonce.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
         sends += 1;
         if via
-            .send_raw(&sign_transfer(to, value, nonce))
+            .send_raw(&sign_transfer(to, value, nonce), 0)
             .await
             .result
             .is_ok()

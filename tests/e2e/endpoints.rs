@@ -41,11 +41,14 @@ async fn reads_hedge_past_dead_and_slow_endpoints_and_each_write_goes_to_one() {
     let mut reached = 0;
     for nonce in 0..SENDS {
         let attempt = pool
-            .send_raw(&crate::direct::sign_transfer(
-                "0x00000000000000000000000000000000000e0d00",
-                1,
-                nonce,
-            ))
+            .send_raw(
+                &crate::direct::sign_transfer(
+                    "0x00000000000000000000000000000000000e0d00",
+                    1,
+                    nonce,
+                ),
+                0,
+            )
             .await;
         assert!(
             attempt.endpoint == healthy.url
@@ -100,4 +103,93 @@ async fn a_chain_whose_endpoints_are_down_at_start_does_not_stop_the_signer_serv
         "{}",
         stack.logs()
     );
+}
+
+/// The best-ranked endpoint acknowledges every send and drops it (a full or private pool; an
+/// unstaked Solana RPC does the same): the operation must not wait on it for good. Each send
+/// of the same bytes goes to the next endpoint in turn, one endpoint per send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sends_the_best_endpoint_acknowledges_and_drops_land_through_the_next() {
+    use crate::evm::{DEV, recipient, transfer, wait_terminal};
+    let stack = sigcast_e2e::Stack::start(sigcast_e2e::StackOptions {
+        accounts: 1,
+        faults: Some((0.0, 0)),
+        second_endpoint_lag: Some(Duration::from_millis(300)),
+        ..Default::default()
+    })
+    .await;
+    let (first, second) = (
+        stack.proxy.as_ref().unwrap(),
+        stack.second_proxy.as_ref().unwrap(),
+    );
+    first.set_swallowing_sends(true);
+    stack
+        .client()
+        .await
+        .submit_operation(transfer("dropped", DEV[0], &recipient(0), 10_000))
+        .await
+        .unwrap();
+    let done = wait_terminal(&stack, &["dropped".into()], Duration::from_secs(30)).await;
+    let op = &done["dropped"];
+    assert_eq!(
+        op.state(),
+        sigcast_proto::pb::OperationState::Confirmed,
+        "{op:?}"
+    );
+    assert_eq!(
+        op.attempts.len(),
+        1,
+        "the same bytes again, nothing new signed"
+    );
+    assert!(
+        first.stats().sends >= 1,
+        "first sent to the best-ranked endpoint"
+    );
+    assert!(second.stats().sends >= 1, "then to the next");
+    let node = EvmRpc::new(
+        std::slice::from_ref(&stack.anvil.url),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let count = node
+        .read(
+            "eth_getTransactionCount",
+            serde_json::json!([DEV[0], "latest"]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(count, "0x1", "one transaction on chain");
+}
+
+/// The best-ranked endpoint serves another chain for a while (a load balancer, a DNS name
+/// moved) and refuses the transaction for its chain id. That refusal is the endpoint's: the
+/// operation is valid on its own chain and must land there, not have its nonce filled and be
+/// REJECTED as never applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refusal_for_another_chain_s_id_is_the_endpoint_s_and_the_operation_lands() {
+    use crate::evm::{DEV, recipient, transfer, wait_terminal};
+    let stack = sigcast_e2e::Stack::start(sigcast_e2e::StackOptions {
+        accounts: 1,
+        faults: Some((0.0, 0)),
+        second_endpoint_lag: Some(Duration::from_millis(300)),
+        ..Default::default()
+    })
+    .await;
+    let first = stack.proxy.as_ref().unwrap();
+    first.set_refusing_sends(Some("invalid chain id for signer: have 1 want 31337"));
+    stack
+        .client()
+        .await
+        .submit_operation(transfer("misrouted", DEV[0], &recipient(0), 10_000))
+        .await
+        .unwrap();
+    let done = wait_terminal(&stack, &["misrouted".into()], Duration::from_secs(30)).await;
+    let op = &done["misrouted"];
+    assert_eq!(
+        op.state(),
+        sigcast_proto::pb::OperationState::Confirmed,
+        "{op:?}"
+    );
+    assert_eq!(op.attempts.len(), 1, "no gap fill, nothing new signed");
+    assert!(first.stats().sends >= 1, "refused there first");
 }

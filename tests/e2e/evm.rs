@@ -495,11 +495,10 @@ async fn a_nonce_consumed_by_an_outside_sender_rejects_with_evidence_and_later_o
     )
     .unwrap();
     let outside = node
-        .send_raw(&crate::direct::sign_transfer(
-            "0x00000000000000000000000000000000000a11ce",
-            1,
+        .send_raw(
+            &crate::direct::sign_transfer("0x00000000000000000000000000000000000a11ce", 1, 0),
             0,
-        ))
+        )
         .await;
     let outside_hash = outside.result.expect("outside send accepted");
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -542,13 +542,16 @@ async fn a_foreign_transaction_reorged_out_before_the_depth_never_rejects_the_op
     let sent = wait_for(&stack, "contested", "sent", |op| accepted(op, "")).await;
     // The outside transaction outbids ours in the pool and is mined alone.
     let outside = node
-        .send_raw(&crate::direct::sign_transfer_paying(
-            "0x00000000000000000000000000000000000a11ce",
-            1,
+        .send_raw(
+            &crate::direct::sign_transfer_paying(
+                "0x00000000000000000000000000000000000a11ce",
+                1,
+                0,
+                200_000_000_000,
+                50_000_000_000,
+            ),
             0,
-            200_000_000_000,
-            50_000_000_000,
-        ))
+        )
         .await
         .result
         .expect("the outside transaction replaces ours in the pool");
@@ -919,11 +922,10 @@ async fn a_nonce_another_sender_holds_above_the_depth_is_not_skipped_so_a_reorg_
     pause_mining(&node).await;
     // Another holder of the key uses nonce 0; its transaction is one block deep.
     let outside = node
-        .send_raw(&crate::direct::sign_transfer(
-            "0x00000000000000000000000000000000000a11ce",
-            1,
+        .send_raw(
+            &crate::direct::sign_transfer("0x00000000000000000000000000000000000a11ce", 1, 0),
             0,
-        ))
+        )
         .await
         .result
         .expect("outside send accepted");

@@ -273,7 +273,7 @@ async fn cancelling_a_durable_nonce_operation_advances_the_nonce_and_nothing_lan
         .unwrap()
         .unwrap();
     for _ in 0..3 {
-        let _ = rpc.send_transaction(&original).await;
+        let _ = rpc.send_transaction(&original, 0).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let statuses = rpc

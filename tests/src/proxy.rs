@@ -59,7 +59,7 @@ pub struct FaultProxy {
     stats: Arc<Mutex<ProxyStats>>,
     down: Arc<std::sync::atomic::AtomicBool>,
     lose_sends: Arc<std::sync::atomic::AtomicBool>,
-    refusal: Arc<Mutex<Option<String>>>,
+    refusal: Arc<Mutex<Option<SendReply>>>,
     inflation: Arc<std::sync::atomic::AtomicU64>,
     stale_base_fee: Arc<Mutex<Option<u128>>>,
     task: tokio::task::JoinHandle<()>,
@@ -93,7 +93,7 @@ impl FaultProxy {
         let is_down = down.clone();
         let lose_sends = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let losing = lose_sends.clone();
-        let refusal: Arc<Mutex<Option<String>>> = Arc::default();
+        let refusal: Arc<Mutex<Option<SendReply>>> = Arc::default();
         let refusing = refusal.clone();
         let inflation = Arc::new(std::sync::atomic::AtomicU64::new(1));
         let inflating = inflation.clone();
@@ -148,7 +148,13 @@ impl FaultProxy {
     /// Answers every send with a node error carrying `message`, without forwarding it (as a
     /// node refusing the transaction would); `None` stops.
     pub fn set_refusing_sends(&self, message: Option<&str>) {
-        *self.refusal.lock().unwrap() = message.map(str::to_owned);
+        *self.refusal.lock().unwrap() = message.map(|m| SendReply::Refused(m.to_owned()));
+    }
+
+    /// Answers every send as accepted without forwarding it (`true`), as an endpoint whose
+    /// pool is full or private, or an unstaked Solana RPC, acknowledges what it drops; or stops.
+    pub fn set_swallowing_sends(&self, swallow: bool) {
+        *self.refusal.lock().unwrap() = swallow.then_some(SendReply::Accepted);
     }
 
     /// Loses every send before it reaches the node (`true`), while reads pass; or stops.
@@ -266,6 +272,15 @@ fn rewrite_fees(
 }
 
 /// What the proxy does to one connection's request.
+/// How the proxy answers a send it does not forward.
+#[derive(Debug, Clone)]
+enum SendReply {
+    /// A node error carrying this message.
+    Refused(String),
+    /// Success.
+    Accepted,
+}
+
 #[derive(Clone, Copy)]
 struct Faults {
     /// Share of sends faulted.
@@ -286,7 +301,7 @@ async fn serve(
     mut client: TcpStream,
     upstream: SocketAddr,
     faults: Faults,
-    refusal: Option<String>,
+    refusal: Option<SendReply>,
     stats: Arc<Mutex<ProxyStats>>,
     rng: Arc<Mutex<StdRng>>,
 ) -> std::io::Result<()> {
@@ -321,15 +336,21 @@ async fn serve(
     if fault == Some(Fault::DropBeforeForward) {
         return Ok(());
     }
-    if let Some(message) = refusal.filter(|_| is_send) {
+    if let Some(answer) = refusal.filter(|_| is_send) {
         let id = serde_json::from_slice::<serde_json::Value>(&body)
             .ok()
             .and_then(|v| v.get("id").cloned())
             .unwrap_or(serde_json::Value::Null);
-        let reply = serde_json::json!({
-            "jsonrpc": "2.0", "id": id,
-            "error": { "code": -32003, "message": message }
-        })
+        let reply = match answer {
+            SendReply::Refused(message) => serde_json::json!({
+                "jsonrpc": "2.0", "id": id,
+                "error": { "code": -32003, "message": message }
+            }),
+            // What the caller learns of the transaction's id is not read from a send's answer.
+            SendReply::Accepted => serde_json::json!({
+                "jsonrpc": "2.0", "id": id, "result": format!("0x{}", "00".repeat(32))
+            }),
+        }
         .to_string();
         let head = format!(
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",

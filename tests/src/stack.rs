@@ -139,6 +139,9 @@ pub struct StackOptions {
     /// Put a proxy (`Stack::signer_proxy`) between the signers and anvil, e.g. to inflate the
     /// fees anvil quotes.
     pub signer_proxy: bool,
+    /// A second endpoint of the broadcasters to anvil, after the first (`Stack::second_proxy`),
+    /// answering every request this late.
+    pub second_endpoint_lag: Option<Duration>,
 }
 
 impl Default for StackOptions {
@@ -167,6 +170,7 @@ impl Default for StackOptions {
             generated_evm_keys: 0,
             max_fee_per_gas_gwei: None,
             signer_proxy: false,
+            second_endpoint_lag: None,
         }
     }
 }
@@ -194,6 +198,8 @@ pub struct Stack {
     pub proxy: Option<crate::FaultProxy>,
     /// The proxy between the signers and anvil, if asked for.
     pub signer_proxy: Option<crate::FaultProxy>,
+    /// The broadcasters' second endpoint to anvil, if asked for (`second_endpoint_lag`).
+    pub second_proxy: Option<crate::FaultProxy>,
     /// The signer processes.
     pub signers: Vec<Service>,
     /// The broadcaster processes (the i-th uses the i-th signer).
@@ -244,6 +250,13 @@ impl Stack {
             None => None,
         };
         let send_url = proxy.as_ref().map_or(anvil.url.clone(), |p| p.url.clone());
+        let second_proxy = match options.second_endpoint_lag {
+            Some(lag) => Some(crate::FaultProxy::slow(anvil.addr, lag).await),
+            None => None,
+        };
+        let broadcaster_urls: Vec<String> = std::iter::once(send_url.clone())
+            .chain(second_proxy.iter().map(|p| p.url.clone()))
+            .collect();
         let keys = signer::Config {
             keystore_dir: path.join("keys"),
             passphrase_file: Some(path.join("passphrase")),
@@ -387,7 +400,7 @@ impl Stack {
                 store: store.clone(),
                 evm_chains: vec![broadcaster::config::EvmChainConfig {
                     chain_id: keys.evm_chains[0].chain_id,
-                    rpc_urls: vec![send_url.clone()],
+                    rpc_urls: broadcaster_urls.clone(),
                 }],
                 solana_clusters: broadcaster_clusters.clone(),
                 tracing: tracing.clone(),
@@ -433,6 +446,7 @@ impl Stack {
             anvil,
             proxy,
             signer_proxy,
+            second_proxy,
             signers,
             broadcasters,
             gateway,

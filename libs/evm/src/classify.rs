@@ -12,8 +12,8 @@ use crate::RpcError;
 pub enum SendClass {
     /// The node already has this exact transaction: as good as accepted.
     AlreadyKnown,
-    /// The node refused the transaction and it was never applied (funds, gas, chain id,
-    /// signature). The nonce stays free.
+    /// The node refused the transaction and it was never applied (funds, gas, size, fee
+    /// fields). The nonce stays free.
     Rejected,
     /// The node refused the transaction for its fees (below the base fee or the pool's
     /// minimum). Never applied; a replacement with higher fees may be accepted.
@@ -46,20 +46,21 @@ const NONCE_USED: &[&str] = &[
 ];
 
 const REJECTED: &[&str] = &[
-    "insufficient funds",                                   // geth, anvil, erigon
-    "insufficientfunds",                                    // nethermind
-    "upfront_cost_exceeds_balance",                         // besu
-    "intrinsic gas too low",                                // geth, erigon
-    "intrinsic_gas_exceeds_gas_limit",                      // besu
-    "exceeds block gas limit",                              // geth, erigon
-    "gaslimitexceeded",                                     // nethermind
-    "exceeds_block_gas_limit",                              // besu
-    "invalid chain id",                                     // geth
-    "chainid",           // nethermind (InvalidChainId), besu (WRONG_CHAIN_ID)
-    "wrong_chain_id",    // besu
-    "invalid sender",    // geth
-    "invalid signature", // anvil, besu (INVALID_SIGNATURE)
-    "oversized data",    // geth
+    "insufficient funds",              // geth, anvil, erigon
+    "insufficientfunds",               // nethermind
+    "upfront_cost_exceeds_balance",    // besu
+    "intrinsic gas too low",           // geth, erigon
+    "intrinsic_gas_exceeds_gas_limit", // besu
+    "exceeds block gas limit",         // geth, erigon
+    "gaslimitexceeded",                // nethermind
+    "exceeds_block_gas_limit",         // besu
+    // Not "invalid chain id", "invalid sender" or "invalid signature" (geth, nethermind's
+    // InvalidChainId, besu's WRONG_CHAIN_ID, anvil): the signer signs for the chain id it
+    // verified, so such an answer is the endpoint's (another chain behind its URL, a load
+    // balancer or a DNS name moved) and says nothing of the transaction on its own chain.
+    // Taken as "never applied", it let a valid operation's nonce be filled and the operation
+    // REJECTED (review, sixteenth session).
+    "oversized data",                                       // geth
     "max priority fee per gas higher than max fee per gas", // geth
     "tip higher than fee cap",
 ];
@@ -161,7 +162,7 @@ mod tests {
                 "transaction underpriced: tip needed 1, tip permitted 0",
                 SendClass::Underpriced,
             ),
-            ("invalid sender", SendClass::Rejected),
+            ("invalid sender", SendClass::Unknown),
             // anvil
             ("transaction already imported", SendClass::AlreadyKnown),
             ("nonce too low", SendClass::NonceUsed),
@@ -169,7 +170,7 @@ mod tests {
                 "Insufficient funds for gas * price + value",
                 SendClass::Rejected,
             ),
-            ("Invalid signature", SendClass::Rejected),
+            ("Invalid signature", SendClass::Unknown),
             // erigon
             ("ALREADY_EXISTS: already known", SendClass::AlreadyKnown),
             ("NONCE_TOO_LOW: nonce too low", SendClass::NonceUsed),
@@ -189,7 +190,7 @@ mod tests {
             ),
             ("FeeTooLow, MaxFeePerGas too low", SendClass::Underpriced),
             ("GAS_PRICE_BELOW_CURRENT_BASE_FEE", SendClass::Underpriced),
-            ("InvalidChainId", SendClass::Rejected),
+            ("InvalidChainId", SendClass::Unknown),
             // besu
             ("Known transaction", SendClass::AlreadyKnown),
             (
@@ -202,10 +203,14 @@ mod tests {
                 "Upfront cost exceeds account balance (UPFRONT_COST_EXCEEDS_BALANCE)",
                 SendClass::Rejected,
             ),
-            ("WRONG_CHAIN_ID", SendClass::Rejected),
+            ("WRONG_CHAIN_ID", SendClass::Unknown),
             // A nonce ahead of the node's view is early, not invalid: the same bytes later.
             ("nonce too high", SendClass::Unknown),
             ("NonceGap", SendClass::Unknown),
+            // The signer signed for the chain it verified: a chain id or a signature refused is
+            // the endpoint's (another chain behind its URL), not the transaction's.
+            ("invalid chain id for signer", SendClass::Unknown),
+            ("INVALID_SIGNATURE", SendClass::Unknown),
             // anything else
             ("internal error", SendClass::Unknown),
             ("", SendClass::Unknown),

@@ -36,13 +36,15 @@ impl EvmRpc {
         Ok(Self(RpcPool::new(urls, timeout)?))
     }
 
-    /// Sends a signed transaction to the best endpoint, once.
-    pub async fn send_raw(&self, raw: &[u8]) -> SendAttempt<B256> {
+    /// Sends a signed transaction to one endpoint, once: the best for its first send, the
+    /// next in rank for each next (`turn`: earlier sends of the same bytes).
+    pub async fn send_raw(&self, raw: &[u8], turn: u32) -> SendAttempt<B256> {
         let sent = self
             .0
             .send(
                 "eth_sendRawTransaction",
                 json!([alloy_primitives::hex::encode_prefixed(raw)]),
+                turn,
             )
             .await;
         let endpoint = sent.endpoint;

@@ -272,7 +272,7 @@ async fn a_trickling_answer_ends_at_the_timeout_as_an_unknown_outcome() {
     let pool = RpcPool::new(&[bad], Duration::from_secs(1)).unwrap();
     let sent = tokio::time::timeout(
         Duration::from_secs(30),
-        pool.send("eth_sendRawTransaction", json!(["0x00"])),
+        pool.send("eth_sendRawTransaction", json!(["0x00"]), 0),
     )
     .await
     .expect("a send that never ends");
@@ -297,7 +297,9 @@ async fn an_id_echoed_as_a_string_and_an_error_with_a_null_id_are_answers() {
     );
     let url = endpoint(Hostile::NullIdError).await;
     let pool = RpcPool::new(std::slice::from_ref(&url), Duration::from_secs(1)).unwrap();
-    let sent = pool.send("eth_sendRawTransaction", json!(["0x00"])).await;
+    let sent = pool
+        .send("eth_sendRawTransaction", json!(["0x00"]), 0)
+        .await;
     match sent.result {
         Err(RpcError::Node {
             code: -32000,

@@ -366,10 +366,15 @@ impl RpcPool {
         self.call(index, method, &params).await
     }
 
-    /// A write: sent once to the best-ranked endpoint, never hedged, never batched, never
-    /// retried here.
-    pub async fn send(&self, method: &str, params: Value) -> SendAttempt<Value> {
-        let index = self.ranked()[0];
+    /// A write: sent once to one endpoint, never hedged, never batched, never retried here.
+    /// `turn` counts the earlier sends of the same bytes: the first goes to the best-ranked
+    /// endpoint, each next one to the next in rank, round. An endpoint that acknowledges a
+    /// transaction and drops it (a full or private pool, an unstaked Solana RPC) answers
+    /// like a healthy one and keeps its rank: sent there every time, the transaction would
+    /// never land while another endpoint would carry it.
+    pub async fn send(&self, method: &str, params: Value, turn: u32) -> SendAttempt<Value> {
+        let ranked = self.ranked();
+        let index = ranked[turn as usize % ranked.len()];
         let result = self.call(index, method, &params).await;
         SendAttempt {
             endpoint: self.endpoints[index].label.clone(),
@@ -535,7 +540,9 @@ mod tests {
             Duration::from_secs(2),
         )
         .unwrap();
-        let sent = pool.send("eth_sendRawTransaction", json!(["0x00"])).await;
+        let sent = pool
+            .send("eth_sendRawTransaction", json!(["0x00"]), 0)
+            .await;
         assert_eq!(sent.endpoint, "http://127.0.0.1:1");
         let error = sent.result.unwrap_err().to_string();
         assert!(!error.contains("SECRETKEY"), "{error}");

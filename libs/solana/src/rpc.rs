@@ -263,12 +263,14 @@ impl SolanaRpc {
         .await
     }
 
-    /// Sends a signed transaction to one endpoint, once, without the node's own retries.
-    pub async fn send_transaction(&self, wire: &[u8]) -> SendAttempt<String> {
+    /// Sends a signed transaction to one endpoint, once, without the node's own retries: the
+    /// best for its first send, the next in rank for each next (`turn`: earlier sends of the
+    /// same bytes).
+    pub async fn send_transaction(&self, wire: &[u8], turn: u32) -> SendAttempt<String> {
         let encoded = base64::engine::general_purpose::STANDARD.encode(wire);
         let params =
             json!([encoded, { "encoding": "base64", "skipPreflight": true, "maxRetries": 0 }]);
-        let sent = self.0.send("sendTransaction", params).await;
+        let sent = self.0.send("sendTransaction", params, turn).await;
         let endpoint = sent.endpoint;
         let result = sent.result.and_then(|v| {
             v.as_str()

@@ -24,16 +24,17 @@ pub(crate) enum Chain {
 pub(crate) type Chains = HashMap<String, Chain>;
 
 impl Chain {
-    /// Sends `raw` to one endpoint, once; what it answered, as the protocol reads it.
-    pub(crate) async fn send(&self, raw: &[u8]) -> (String, SendOutcome) {
+    /// Sends `raw` to one endpoint, once (`turn`: its earlier sends, see
+    /// [`sigcast_jsonrpc::RpcPool::send`]); what it answered, as the protocol reads it.
+    pub(crate) async fn send(&self, raw: &[u8], turn: u32) -> (String, SendOutcome) {
         match self {
             Chain::Evm(rpc) => {
-                let sent = rpc.send_raw(raw).await;
+                let sent = rpc.send_raw(raw, turn).await;
                 let outcome = sigcast_evm::send_outcome(&sent.result);
                 (sent.endpoint, outcome)
             }
             Chain::Solana(rpc) => {
-                let sent = rpc.send_transaction(raw).await;
+                let sent = rpc.send_transaction(raw, turn).await;
                 let outcome = sigcast_solana::send_outcome(&sent.result);
                 (sent.endpoint, outcome)
             }

@@ -681,8 +681,16 @@ impl Worker {
                 return None;
             }
         };
+        // Each send of the same bytes to the next endpoint in rank: one that acknowledges
+        // and drops them holds the attempt for one send, not for good. This send is counted
+        // already (recorded before its bytes leave).
+        let turn = op
+            .attempts
+            .iter()
+            .find(|a| a.number == attempt)
+            .map_or(0, |a| a.sends.saturating_sub(1));
         let left = self.clock.now();
-        let (endpoint, outcome) = chain.send(&raw).await;
+        let (endpoint, outcome) = chain.send(&raw, turn).await;
         Some((endpoint, outcome, left))
     }
 

@@ -92,7 +92,7 @@ async fn create_one(
         let signature = bs58::encode(signatures[0]).into_string();
         loop {
             // Resending the same bytes is safe: one transaction lands at most once.
-            let _ = rpc.send_transaction(&wire).await;
+            let _ = rpc.send_transaction(&wire, 0).await;
             tokio::time::sleep(Duration::from_millis(500)).await;
             if let Ok(statuses) = rpc.statuses(std::slice::from_ref(&signature)).await
                 && let Some(Some(status)) = statuses.first()

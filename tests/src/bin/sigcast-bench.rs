@@ -400,7 +400,7 @@ async fn direct_baseline(url: &str, args: &Args) -> (f64, usize) {
                     .unwrap();
                     let signature = key.sign_hash_sync(&unsigned.signature_hash()).unwrap();
                     let raw = unsigned.into_signed(signature).raw;
-                    let _ = rpc.send_raw(&raw).await;
+                    let _ = rpc.send_raw(&raw, 0).await;
                     raws.push(raw);
                 }
                 raws
@@ -437,7 +437,7 @@ async fn direct_baseline(url: &str, args: &Args) -> (f64, usize) {
                 && last_progress[a].1.elapsed() > Duration::from_secs(3)
             {
                 for raw in &signed[a][nonce as usize..] {
-                    let _ = rpc.send_raw(raw).await;
+                    let _ = rpc.send_raw(raw, 0).await;
                     resent += 1;
                 }
                 last_progress[a].1 = Instant::now();
@@ -533,7 +533,7 @@ async fn solana_baseline(node: &SolanaNode, args: &Args) -> f64 {
                 let signature = ed25519_dalek::Signer::sign(key, &message_bytes(&message));
                 let transaction = assemble(message, &[signature.to_bytes()]);
                 let wire = sigcast_solana::wire_bytes(&transaction);
-                let _ = rpc.send_transaction(&wire).await;
+                let _ = rpc.send_transaction(&wire, 0).await;
                 bs58::encode(signature.to_bytes()).into_string()
             }
         })

@@ -193,3 +193,54 @@ async fn a_refusal_for_another_chain_s_id_is_the_endpoint_s_and_the_operation_la
     assert_eq!(op.attempts.len(), 1, "no gap fill, nothing new signed");
     assert!(first.stats().sends >= 1, "refused there first");
 }
+
+/// An endpoint of the signer moves to another chain after the start (a DNS name moved, a load
+/// balancer re-pointed), one where the key has sent 50 transactions. The signer must not take
+/// that count for the account's nonce: nonce 50 on the operation's own chain is a gap nobody
+/// fills, and every operation of the account would wait for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_signer_takes_no_nonce_from_an_endpoint_that_moved_to_another_chain() {
+    use crate::evm::{DEV, recipient, transfer, wait_terminal};
+    let dir = tempfile::tempdir().unwrap();
+    // Chain 31337 at first: the signer's start finds every endpoint serving its chain.
+    let elsewhere = Anvil::start(None, dir.path());
+    let rpc = EvmRpc::new(std::slice::from_ref(&elsewhere.url), Duration::from_secs(5)).unwrap();
+    rpc.read("anvil_setNonce", serde_json::json!([DEV[0], "0x32"]))
+        .await
+        .unwrap();
+    let stack = sigcast_e2e::Stack::start(sigcast_e2e::StackOptions {
+        accounts: 1,
+        signer_rpc_first: vec![elsewhere.url.clone()],
+        // Its own chain's endpoint answers later: the moved one would answer every read first.
+        signer_proxy: true,
+        signer_proxy_lag: Some(Duration::from_millis(300)),
+        ..Default::default()
+    })
+    .await;
+    rpc.read("anvil_setChainId", serde_json::json!([1337]))
+        .await
+        .unwrap();
+    assert_eq!(rpc.chain_id().await.unwrap(), 1337);
+    stack
+        .client()
+        .await
+        .submit_operation(transfer("moved", DEV[0], &recipient(0), 10_000))
+        .await
+        .unwrap();
+    let done = wait_terminal(&stack, &["moved".into()], Duration::from_secs(30)).await;
+    let op = &done["moved"];
+    assert_eq!(
+        op.state(),
+        sigcast_proto::pb::OperationState::Confirmed,
+        "{op:?}"
+    );
+    assert!(
+        matches!(
+            op.signing,
+            Some(sigcast_proto::pb::operation::Signing::Evm(
+                sigcast_proto::pb::EvmSigning { nonce: 0 }
+            ))
+        ),
+        "{op:?}"
+    );
+}

@@ -139,6 +139,10 @@ pub struct StackOptions {
     /// Put a proxy (`Stack::signer_proxy`) between the signers and anvil, e.g. to inflate the
     /// fees anvil quotes.
     pub signer_proxy: bool,
+    /// The signer proxy answers every request this late.
+    pub signer_proxy_lag: Option<Duration>,
+    /// Endpoints of the signers' chain before the stack's own (anvil, or the signer proxy).
+    pub signer_rpc_first: Vec<String>,
     /// A second endpoint of the broadcasters to anvil, after the first (`Stack::second_proxy`),
     /// answering every request this late.
     pub second_endpoint_lag: Option<Duration>,
@@ -171,6 +175,8 @@ impl Default for StackOptions {
             max_fee_per_gas_gwei: None,
             signer_proxy: false,
             second_endpoint_lag: None,
+            signer_proxy_lag: None,
+            signer_rpc_first: Vec::new(),
         }
     }
 }
@@ -227,12 +233,18 @@ impl Stack {
             path: path.join("sigcast.db"),
             ..Default::default()
         };
-        let signer_proxy = match options.signer_proxy {
-            true => Some(crate::FaultProxy::start(anvil.addr, 0.0, 0, Duration::ZERO).await),
-            false => None,
+        let signer_proxy = match (options.signer_proxy, options.signer_proxy_lag) {
+            (true, Some(lag)) => Some(crate::FaultProxy::slow(anvil.addr, lag).await),
+            (true, None) => {
+                Some(crate::FaultProxy::start(anvil.addr, 0.0, 0, Duration::ZERO).await)
+            }
+            (false, _) => None,
         };
         let mut chain = signer::Config::default().evm_chains.remove(0);
-        chain.rpc_urls = vec![signer_proxy.as_ref().map_or(&anvil.url, |p| &p.url).clone()];
+        chain.rpc_urls = options.signer_rpc_first.clone();
+        chain
+            .rpc_urls
+            .push(signer_proxy.as_ref().map_or(&anvil.url, |p| &p.url).clone());
         if options.legacy {
             chain.tx_type = signer::config::TxType::Legacy;
         }

@@ -527,6 +527,13 @@ pub async fn account_nonces(
     })
 }
 
+/// The chain id `endpoint` serves (`eth_chainId`): one configured for a chain may serve
+/// another since (a load balancer, a DNS name moved).
+pub async fn served_chain_id(endpoint: &impl Endpoint) -> Result<u64, RpcError> {
+    let value = endpoint.request("eth_chainId", json!([])).await?;
+    quantity(&value).ok_or_else(|| malformed(endpoint, "a chain id", &value))
+}
+
 /// [`account_nonces`] as the first of `endpoints` (in the order given) that answers them all
 /// shows them: one endpoint answers the head and both counts under it. When none does, each
 /// one's failure, in order.

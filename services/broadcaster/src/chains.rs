@@ -81,8 +81,7 @@ pub(crate) async fn read_view(
             // Asked of this endpoint (once a pass, cached): the one checked at start may since
             // serve another chain (a load balancer, a DNS name moved), and a nonce used there
             // would read as ours used by someone else.
-            let served = endpoint.request("eth_chainId", json!([])).await;
-            match served.as_ref().ok().and_then(quantity) {
+            match sigcast_evm::evidence::served_chain_id(endpoint).await.ok() {
                 Some(served) if served == chain_id => {}
                 Some(served) => {
                     tracing::warn!(

@@ -13,8 +13,9 @@ use sigcast_domain::policy::{KeyPolicy, check_intent, policy_for};
 use sigcast_domain::{EvmAddress, EvmTransfer, Wei};
 use sigcast_domain::{Intent, IntentRules, OperationState};
 use sigcast_evm::U256;
-use sigcast_evm::evidence::{AccountNonces, account_nonces_from_first};
+use sigcast_evm::evidence::{AccountNonces, account_nonces, served_chain_id};
 use sigcast_evm::{Address, EvmRpc, FeeLimits, Fees, TxParams, build_transaction, params_of};
+use sigcast_jsonrpc::Endpoint as _;
 use sigcast_proto::sigcast::signer::v1::{AuditRecord, SignPurpose};
 use sigcast_proto::{intent_from_proto, pb, state_from_proto, state_to_proto};
 use sigcast_protocol::record::was_sent;
@@ -89,6 +90,11 @@ struct EvmChain {
     /// signed for a chain before that: a transaction for one chain sent to another is at
     /// best wasted, at worst replayable there.
     verified: std::sync::atomic::AtomicBool,
+    /// The configured chain id.
+    chain_id: u64,
+    /// Each endpoint's chain id as last read (by configuration index), and when: a nonce is
+    /// read only from an endpoint seen serving the chain within [`CHAIN_READS_FRESH_FOR`].
+    served: std::sync::Mutex<HashMap<usize, (std::time::Instant, u64)>>,
 }
 
 /// How long fees and nonces read from the chain are reused (about a block; a fee bump covers
@@ -221,34 +227,75 @@ impl EvmChain {
             .entry(account)
             .or_default()
             .clone();
-        if self.confirmations <= 1 {
-            return fresh
-                .get(|| async {
-                    let count = self.pool.nonce(account).await?;
-                    Ok(AccountNonces {
-                        head: count,
-                        settled: count,
-                    })
-                })
-                .await;
-        }
-        // One endpoint answers the head and both counts under it.
+        // One endpoint, seen serving the chain, answers the head and both counts under it.
+        // An endpoint moved to another chain since the start (a DNS name, a load balancer)
+        // shows the key's count there: taken here, the nonce would jump past a gap nobody
+        // fills, and every operation of the account would wait for ever.
         fresh
             .get(|| async {
-                let endpoints = self.pool.ranked_endpoints();
-                account_nonces_from_first(endpoints, account, self.confirmations)
-                    .await
-                    .map_err(|errors| {
-                        let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                        sigcast_jsonrpc::Error::Shared(format!(
-                            "no endpoint answered the account's transaction count {} blocks \
-                             deep (`confirmations`; the endpoint must keep state that deep): {}",
-                            self.confirmations,
-                            errors.join("; ")
-                        ))
-                    })
+                let mut errors = Vec::new();
+                for endpoint in self.pool.ranked_endpoints() {
+                    if let Err(error) = self.serves_chain(&endpoint).await {
+                        errors.push(error);
+                        continue;
+                    }
+                    match account_nonces(&endpoint, account, self.confirmations).await {
+                        Ok(nonces) => return Ok(nonces),
+                        Err(error) => errors.push(error.to_string()),
+                    }
+                }
+                Err(sigcast_jsonrpc::Error::Shared(format!(
+                    "no endpoint serving chain {} answered the account's transaction count {} \
+                     blocks deep (`confirmations`; the endpoint must keep state that deep): {}",
+                    self.chain_id,
+                    self.confirmations,
+                    errors.join("; ")
+                )))
             })
             .await
+    }
+
+    /// Whether `endpoint` serves the chain: its `eth_chainId`, read at most once a
+    /// [`CHAIN_READS_FRESH_FOR`]; else why not.
+    async fn serves_chain(
+        &self,
+        endpoint: &sigcast_jsonrpc::PoolEndpoint<'_>,
+    ) -> std::result::Result<(), String> {
+        let index = endpoint.index();
+        let known = self
+            .served
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&index)
+            .filter(|(at, _)| at.elapsed() < CHAIN_READS_FRESH_FOR)
+            .map(|(_, served)| *served);
+        let served = match known {
+            Some(served) => served,
+            None => {
+                let served = served_chain_id(endpoint)
+                    .await
+                    .map_err(|error| error.to_string())?;
+                self.served
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(index, (std::time::Instant::now(), served));
+                served
+            }
+        };
+        if served != self.chain_id {
+            tracing::warn!(
+                endpoint = endpoint.label(),
+                served,
+                configured = self.chain_id,
+                "endpoint serves another chain; no nonce is read from it"
+            );
+            return Err(format!(
+                "{} serves chain {served}, not {}",
+                endpoint.label(),
+                self.chain_id
+            ));
+        }
+        Ok(())
     }
 
     /// Fees for a new transaction now, of the configured type (read at most once a second).
@@ -417,6 +464,8 @@ impl Signer {
                     fees: Fresh::default(),
                     nonces: std::sync::Mutex::new(HashMap::new()),
                     verified: std::sync::atomic::AtomicBool::new(false),
+                    chain_id: chain.chain_id,
+                    served: std::sync::Mutex::new(HashMap::new()),
                 },
             );
         }
@@ -1929,6 +1978,8 @@ mod fresh_tests {
             fees: Fresh::default(),
             nonces: std::sync::Mutex::new(HashMap::new()),
             verified: std::sync::atomic::AtomicBool::new(true),
+            chain_id: 31337,
+            served: std::sync::Mutex::new(HashMap::new()),
         };
         let error = chain
             .chain_nonce(Address::ZERO)

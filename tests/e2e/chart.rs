@@ -223,6 +223,11 @@ fn the_chart_lints_renders_validates_and_configures_each_service() {
     assert!(
         signer.contains("[tls]") && signer.contains("[pkcs11]") && signer.contains("[[policies]]")
     );
+    // The most a re-signed Solana transaction pays per compute unit.
+    assert!(
+        signer.contains("max_compute_unit_price_micro_lamports = 20000\n"),
+        "{signer}"
+    );
     let broadcaster = f["configs"]["broadcaster.toml"].as_str().unwrap();
     assert!(broadcaster.contains("signer_url = \"https://sigcast-signer.payments.svc:50054\""));
     // Operators read any operation and its audit trail (`sigcast op get`, `sigcast audit`).

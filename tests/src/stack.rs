@@ -326,6 +326,7 @@ impl Stack {
                 cluster: "localnet".into(),
                 rpc_urls: vec![url.clone()],
                 compute_unit_price_micro_lamports: options.solana_compute_unit_price,
+                max_compute_unit_price_micro_lamports: None,
                 genesis_hash: None,
             })
             .collect();

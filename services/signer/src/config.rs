@@ -111,9 +111,14 @@ pub struct SolanaClusterConfig {
     /// JSON-RPC endpoints (recent blockhashes).
     pub rpc_urls: Vec<String>,
     /// Priority fee in micro-lamports per compute unit (0: none). Each re-sign raises it: the
-    /// n-th attempt pays n times this.
+    /// n-th attempt pays n times this, up to `max_compute_unit_price_micro_lamports`.
     #[serde(default)]
     pub compute_unit_price_micro_lamports: u64,
+    /// The most any attempt pays per compute unit (default: 10 times
+    /// `compute_unit_price_micro_lamports`): a fee payer that cannot pay, or endpoints that
+    /// drop sends, would otherwise make every re-sign of an hour-long outage pay more.
+    #[serde(default)]
+    pub max_compute_unit_price_micro_lamports: Option<u64>,
     /// The cluster's genesis hash (base58): an endpoint answering another never proves an
     /// attempt expired. Default: the known hash of mainnet-beta, devnet or testnet by name,
     /// else the first one an endpoint answers.

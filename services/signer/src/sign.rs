@@ -382,7 +382,11 @@ struct Resolved<'a> {
 
 /// A Solana cluster as the signer reaches it: its endpoints, its base priority fee
 /// (micro-lamports per CU) and its latest blockhash as last read.
-type SolanaCluster = (SolanaRpc, u64, Fresh<sigcast_solana::LatestBlockhash>);
+type SolanaCluster = (
+    SolanaRpc,
+    solana::PriorityFee,
+    Fresh<sigcast_solana::LatestBlockhash>,
+);
 
 /// What the signer makes, at start, of one endpoint's answer to "which chain do you serve".
 /// Pure, as is the rule the start follows ([`EndpointAtStart::refuses_start`]), so that the
@@ -485,7 +489,7 @@ impl Signer {
                 (
                     SolanaRpc::new(&cluster.rpc_urls, timeout)?
                         .expecting_cluster(&cluster.cluster, cluster.genesis_hash.as_deref()),
-                    cluster.compute_unit_price_micro_lamports,
+                    solana::PriorityFee::of(cluster),
                     // A blockhash lives about a minute: one read a second serves every
                     // signature of that second (each read the node once before).
                     Fresh::default(),

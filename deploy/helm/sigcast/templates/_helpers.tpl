@@ -98,6 +98,9 @@ cluster = {{ .cluster | quote }}
 rpc_urls = [{{ range $i, $u := .rpcUrls }}{{ if $i }}, {{ end }}{{ $u | quote }}{{ end }}]
 {{- if $.withSettings }}
 compute_unit_price_micro_lamports = {{ int64 (default 0 .computeUnitPriceMicroLamports) }}
+{{- if .maxComputeUnitPriceMicroLamports }}
+max_compute_unit_price_micro_lamports = {{ int64 .maxComputeUnitPriceMicroLamports }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end -}}

@@ -36,6 +36,34 @@ enum Plan {
     },
 }
 
+/// A cluster's priority fee per compute unit: each re-sign raises it, up to a cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PriorityFee {
+    /// What the first attempt pays, in micro-lamports.
+    base: u64,
+    /// The most any attempt pays.
+    max: u64,
+}
+
+impl PriorityFee {
+    /// A re-sign pays more than the attempt it follows, so that a transaction left out for
+    /// its fee gets in; 10 times the base at most unless configured.
+    pub(crate) fn of(cluster: &crate::config::SolanaClusterConfig) -> Self {
+        let base = cluster.compute_unit_price_micro_lamports;
+        Self {
+            base,
+            max: cluster
+                .max_compute_unit_price_micro_lamports
+                .unwrap_or(base.saturating_mul(10)),
+        }
+    }
+
+    /// What attempt `number` (from 1) pays: `number` times the base, at most the cap.
+    pub(crate) fn for_attempt(self, number: u32) -> u64 {
+        self.base.saturating_mul(u64::from(number)).min(self.max)
+    }
+}
+
 fn b58(bytes: &[u8]) -> String {
     bs58::encode(bytes).into_string()
 }
@@ -254,9 +282,9 @@ impl Signer {
         }
         self.may_sign(&op, &intent)?;
         let rpc = self.solana_rpc(&op)?;
-        let base_price = self.solana[op.chain.trim_start_matches("solana:")].1;
-        // A re-sign raises the priority fee: attempt n pays n times the base price.
-        let price = base_price.saturating_mul(u64::from(number));
+        let price = self.solana[op.chain.trim_start_matches("solana:")]
+            .1
+            .for_attempt(number);
         let plan = self.plan(&op, rpc, number).await?;
         let authority = pubkey(&op.account).unwrap_or_default();
         let lifetime = match plan {
@@ -681,6 +709,34 @@ mod tests {
     use sigcast_domain::{Lamports, OpId, SolanaPubkey, SolanaTransfer};
     use std::sync::Arc;
     use std::time::SystemTime;
+
+    /// Each re-sign pays more, never past the cap: an outage of hours (a re-sign every
+    /// blockhash lifetime) must not end in a transfer paying hundreds of times the price.
+    #[test]
+    fn the_priority_fee_rises_with_each_re_sign_up_to_its_cap() {
+        let cluster = |base, max| crate::config::SolanaClusterConfig {
+            cluster: "localnet".into(),
+            rpc_urls: Vec::new(),
+            compute_unit_price_micro_lamports: base,
+            max_compute_unit_price_micro_lamports: max,
+            genesis_hash: None,
+        };
+        let default = PriorityFee::of(&cluster(1_000, None));
+        let paid: Vec<u64> = [1, 2, 9, 10, 11, 500, u32::MAX]
+            .into_iter()
+            .map(|n| default.for_attempt(n))
+            .collect();
+        assert_eq!(paid, [1_000, 2_000, 9_000, 10_000, 10_000, 10_000, 10_000]);
+        let capped = PriorityFee::of(&cluster(1_000, Some(2_500)));
+        assert_eq!(capped.for_attempt(2), 2_000);
+        assert_eq!(capped.for_attempt(3), 2_500);
+        assert_eq!(PriorityFee::of(&cluster(0, None)).for_attempt(7), 0);
+        // A cap below the base holds from the first attempt.
+        assert_eq!(
+            PriorityFee::of(&cluster(1_000, Some(10))).for_attempt(1),
+            10
+        );
+    }
 
     /// A Solana operation of `key`, signed at attempt 1 and sent, in `store`.
     fn sent_operation(

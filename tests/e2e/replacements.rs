@@ -654,6 +654,60 @@ async fn a_refused_resend_of_bytes_the_node_took_brings_no_replacement() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancel_refused_for_its_fees_is_priced_again_and_lands_instead_of_the_operation() {
+    // The node takes the operation's transaction; the cancel asked for after is refused for
+    // its fees (the base fee rose past it). Left at that, the operation's own bytes went out
+    // again and landed as soon as a block was mined: CONFIRMED, the cancel never retried
+    // (review, sixteenth session).
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        faults: Some((0.0, 0)),
+        ..Default::default()
+    })
+    .await;
+    let node = submit_while_paused(&stack, "cancel-refused", 7_000).await;
+    wait_for(&stack, "cancel-refused", "accepted", |op| accepted(op, "")).await;
+    let proxy = stack.proxy.as_ref().unwrap();
+    proxy.set_refusing_sends(Some("max fee per gas less than block base fee"));
+    let requested = stack
+        .client()
+        .await
+        .cancel_operation(pb::CancelOperationRequest {
+            op_id: "cancel-refused".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(requested.operation.unwrap().cancel_requested);
+    wait_for(&stack, "cancel-refused", "a refused cancel", |op| {
+        op.attempts
+            .iter()
+            .any(|a| a.reason == "cancel" && a.outcome() == pb::AttemptOutcome::Rejected)
+    })
+    .await;
+    proxy.set_refusing_sends(None);
+    let cancelled = wait_for(&stack, "cancel-refused", "a cancel in the pool", |op| {
+        accepted(op, "cancel")
+    })
+    .await;
+    assert!(
+        cancelled
+            .attempts
+            .iter()
+            .filter(|a| a.reason == "cancel")
+            .count()
+            >= 2,
+        "priced again: {cancelled:?}"
+    );
+    mine(&node).await;
+    let done = wait_terminal(&stack, &["cancel-refused".into()], Duration::from_secs(60)).await;
+    let op = &done["cancel-refused"];
+    assert_eq!(op.state(), pb::OperationState::Cancelled, "{op:?}");
+    let to: Address = recipient(0).parse().unwrap();
+    assert_eq!(node.balance(to).await.unwrap(), U256::ZERO, "nothing paid");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_refused_fee_bump_leaves_the_first_attempt_to_land_without_a_gap_fill() {
     // A fee bump the node refuses (it would exceed the balance) says nothing of the first
     // attempt, which waits in the pool: a gap fill would displace it and reject an operation

@@ -198,6 +198,23 @@ pub(crate) fn in_flight(
         .error
         .as_ref()
         .is_some_and(|e| e.reason == reasons::UNDERPRICED);
+    // A cancel refused for its fees (the base fee rose past it) is priced again, as often as
+    // a fee bump may be: left as it is, the cancel would wait on the fees to fall while the
+    // operation's own transaction sits in pools. Held at the fee cap, its bytes go out again.
+    let cancels = op
+        .attempts
+        .iter()
+        .filter(|a| reason_of(a) == AttemptReason::Cancel)
+        .count();
+    if op.cancel_requested
+        && reason_of(newest) == AttemptReason::Cancel
+        && newest_refused
+        && underpriced
+        && !held_at_cap
+        && u32::try_from(cancels - 1).unwrap_or(u32::MAX) < rules.max_fee_bumps
+    {
+        return Action::Replace(Replacement::Cancel);
+    }
     // Higher fees cannot help a transaction refused for anything but its fees (the balance,
     // say, which a bump only strains more).
     let refused_for_more_than_fees = newest_refused && !underpriced;
@@ -247,10 +264,20 @@ fn max_fee_per_gas(attempt: &pb::Attempt) -> Option<u128> {
     attempt.max_fee_per_gas.parse().ok()
 }
 
-/// The attempt that goes out again, when due: the newest that may still land, else the newest
-/// that may be sent; none may (a cancel asked for before anything was sent): nothing.
+/// The attempt that goes out again, when due: a cancel asked for and signed, the newest
+/// cancel; else the newest that may still land, else the newest that may be sent; none may (a
+/// cancel asked for before anything was sent): nothing.
 fn resend_target_when_due(op: &pb::Operation, now: SystemTime, rules: &Rules) -> Action {
     let mut newest_first = op.attempts.iter().rev();
+    // The operation's transaction may still land from a pool, but no send of ours helps the
+    // effect the caller asked to cancel.
+    if op.cancel_requested
+        && let Some(cancel) = newest_first
+            .clone()
+            .find(|a| reason_of(a) == AttemptReason::Cancel)
+    {
+        return resend_when_due(cancel, now, rules);
+    }
     let target = newest_first
         .clone()
         .find(|a| a.may_land)

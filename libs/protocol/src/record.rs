@@ -55,6 +55,30 @@ pub fn reason_of(attempt: &pb::Attempt) -> AttemptReason {
     AttemptReason::parse(&attempt.reason).unwrap_or(AttemptReason::Initial)
 }
 
+/// The self-transfer (cancel or gap fill) that takes the operation's nonce and that nothing
+/// replaces, if there is one. Every one is final but a cancel that is the newest attempt and
+/// every send of which was refused (for its fees, as the broadcaster asks): a cancel at a
+/// higher price may replace that one (`cancel_replacing`: a cancel is asked for, to replace
+/// attempt `replaces`). Either takes the nonce without the operation's effect.
+pub fn final_self_transfer(
+    op: &pb::Operation,
+    cancel_replacing: Option<u32>,
+) -> Option<&pb::Attempt> {
+    let refused_cancel = |a: &pb::Attempt| {
+        reason_of(a) == AttemptReason::Cancel
+            && a.outcome() == pb::AttemptOutcome::Rejected
+            && !a.may_land
+    };
+    let replaceable = op
+        .attempts
+        .last()
+        .filter(|last| cancel_replacing == Some(last.number) && refused_cancel(last));
+    op.attempts
+        .iter()
+        .find(|a| reason_of(a).takes_the_nonce_instead())
+        .filter(|_| replaceable.is_none())
+}
+
 /// Whether the operation has a self-transfer (cancel or gap fill) that takes its nonce.
 pub fn has_self_transfer(op: &pb::Operation) -> bool {
     op.attempts

@@ -819,6 +819,135 @@ fn a_cancel_replaces_once() {
     );
 }
 
+/// A cancel refused for its fees (the base fee rose past it) is priced again, as a fee bump
+/// would be; and while a cancel is asked for and signed, its bytes go out again, never the
+/// operation's: a send of ours would help the very effect the caller asked to cancel land.
+#[test]
+fn a_cancel_refused_for_its_fees_is_priced_again_and_the_operation_s_bytes_not_resent() {
+    let underpriced = |op: &mut pb::Operation| {
+        op.error = Some(pb::OperationError {
+            reason: crate::record::reasons::UNDERPRICED.into(),
+            message: "max fee per gas less than block base fee".into(),
+        });
+    };
+    let mut op = evm_op(vec![
+        accepted(1, 0),
+        attempt(
+            2,
+            AttemptReason::Cancel,
+            pb::AttemptOutcome::Rejected,
+            false,
+            2,
+        ),
+    ]);
+    op.cancel_requested = true;
+    underpriced(&mut op);
+    let free = evm(vec![view("http://a:1", 50, Some(7), None)]);
+    assert_eq!(
+        decide(&op, &free, at(9), &rules()),
+        Action::Replace(Replacement::Cancel)
+    );
+    // The signer refused to price it higher at the fee cap: the cancel's own bytes again,
+    // when due (the base fee may fall back under it).
+    op.attempts[1].fee_cap_time = Some(at(3).into());
+    assert_eq!(decide(&op, &free, at(9), &rules()), Action::Send(2));
+    assert_eq!(
+        decide(&op, &free, at(7), &rules()),
+        Action::Wait(Why::InFlight(at(8)))
+    );
+    // Refused for anything else (the balance for its gas): priced again it would not pass;
+    // its bytes, when due.
+    op.attempts[1].fee_cap_time = None;
+    op.error = Some(pb::OperationError {
+        reason: crate::record::reasons::SEND_REJECTED.into(),
+        message: "insufficient funds for gas * price + value".into(),
+    });
+    assert_eq!(decide(&op, &free, at(9), &rules()), Action::Send(2));
+    // As many cancels priced again as fee bumps (two): after them, the newest's bytes.
+    underpriced(&mut op);
+    let refused_cancel = |n| {
+        attempt(
+            n,
+            AttemptReason::Cancel,
+            pb::AttemptOutcome::Rejected,
+            false,
+            2,
+        )
+    };
+    op.attempts.push(refused_cancel(3));
+    assert_eq!(
+        decide(&op, &free, at(8), &rules()),
+        Action::Replace(Replacement::Cancel)
+    );
+    op.attempts.push(refused_cancel(4));
+    assert_eq!(decide(&op, &free, at(8), &rules()), Action::Send(4));
+}
+
+/// Every self-transfer is final but the newest cancel while every send of it was refused,
+/// and only for a cancel asked to replace it.
+#[test]
+fn a_self_transfer_is_final_but_a_refused_cancel_a_cancel_replaces() {
+    let cancel = |n, outcome, may_land| attempt(n, AttemptReason::Cancel, outcome, may_land, 2);
+    let refused = evm_op(vec![
+        accepted(1, 0),
+        cancel(2, pb::AttemptOutcome::Rejected, false),
+    ]);
+    let number = |a: Option<&pb::Attempt>| a.map(|a| a.number);
+    assert_eq!(
+        number(crate::record::final_self_transfer(&refused, Some(2))),
+        None
+    );
+    assert_eq!(
+        number(crate::record::final_self_transfer(&refused, None)),
+        Some(2),
+        "not for a fee bump or a gap fill"
+    );
+    assert_eq!(
+        number(crate::record::final_self_transfer(&refused, Some(1))),
+        Some(2),
+        "not to replace another attempt"
+    );
+    for (outcome, may_land) in [
+        (pb::AttemptOutcome::Accepted, true),
+        (pb::AttemptOutcome::Rejected, true),
+        (pb::AttemptOutcome::Unknown, true),
+    ] {
+        let op = evm_op(vec![accepted(1, 0), cancel(2, outcome, may_land)]);
+        assert_eq!(
+            number(crate::record::final_self_transfer(&op, Some(2))),
+            Some(2),
+            "{outcome:?}"
+        );
+    }
+    let gap_fill = evm_op(vec![
+        attempt(
+            1,
+            AttemptReason::Initial,
+            pb::AttemptOutcome::Rejected,
+            false,
+            0,
+        ),
+        attempt(
+            2,
+            AttemptReason::GapFill,
+            pb::AttemptOutcome::Rejected,
+            false,
+            2,
+        ),
+    ]);
+    assert_eq!(
+        number(crate::record::final_self_transfer(&gap_fill, Some(2))),
+        Some(2)
+    );
+    assert_eq!(
+        number(crate::record::final_self_transfer(
+            &evm_op(vec![accepted(1, 0)]),
+            Some(1)
+        )),
+        None
+    );
+}
+
 #[test]
 fn before_and_after_flight() {
     let mut op = evm_op(vec![pb::Attempt {

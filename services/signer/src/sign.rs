@@ -1185,10 +1185,12 @@ impl Signer {
             return Err(not_signable());
         }
         let last = op.attempts.last().ok_or_else(not_signable)?;
-        // A self-transfer (cancel or gap fill) is final: nothing replaces it, and there is one.
-        let existing_self_transfer = op.attempts.iter().find(|a| {
-            a.reason == Replacement::Cancel.reason() || a.reason == Replacement::GapFill.reason()
-        });
+        // A self-transfer (cancel or gap fill) is final: nothing replaces it, and there is one;
+        // but a cancel every send of which was refused, which a cancel at a higher price may.
+        let existing_self_transfer = sigcast_protocol::record::final_self_transfer(
+            &op,
+            (kind == Replacement::Cancel).then_some(replaces_attempt),
+        );
         if let Some(existing) = existing_self_transfer {
             return Ok(Signed {
                 tx_id: existing.tx_id.clone(),

@@ -621,11 +621,8 @@ async fn sign_one(
                 return Err(format!("{:?}: not replaced", op.state()));
             }
             let last = op.attempts.last().ok_or("no attempt")?;
-            if let Some(existing) = op
-                .attempts
-                .iter()
-                .find(|a| record::reason_of(a).takes_the_nonce_instead())
-            {
+            let cancel_replacing = (kind == SignerReplacement::Cancel).then_some(job.replaces);
+            if let Some(existing) = record::final_self_transfer(&op, cancel_replacing) {
                 return Ok(existing.number);
             }
             if last.number != job.replaces {

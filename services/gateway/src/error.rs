@@ -39,6 +39,13 @@ pub enum Error {
         /// The rule, in words.
         rule: String,
     },
+    /// A listener that authenticates callers got a call naming no one; nothing was recorded
+    /// or changed.
+    #[error(
+        "the caller has no identity (a client certificate with a URI or DNS name, or the \
+         mesh's forwarded one); nothing was recorded or changed"
+    )]
+    Unidentified,
     /// The op_id names another caller's operation: nothing about it is told.
     #[error("op_id {0:?} is already used; choose another")]
     OpIdTaken(String),
@@ -145,6 +152,11 @@ impl From<Error> for Status {
                 let details =
                     ErrorDetails::with_error_info("CALLER_NOT_ALLOWED", "sigcast", metadata);
                 Status::with_error_details(Code::PermissionDenied, message, details)
+            }
+            Error::Unidentified => {
+                let details =
+                    ErrorDetails::with_error_info("CALLER_UNIDENTIFIED", "sigcast", HashMap::new());
+                Status::with_error_details(Code::Unauthenticated, message, details)
             }
             // A conflict as the contract names it (a client keys on the reason), without the
             // other caller's fingerprint.

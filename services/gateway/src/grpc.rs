@@ -251,13 +251,9 @@ impl Gateway {
 
     /// On a listener that authenticates callers, a call without an identity (a certificate
     /// that names none; a request that did not come through the mesh's sidecar) is refused.
-    fn identified(&self, caller: &str) -> Result<()> {
+    pub(crate) fn identified(&self, caller: &str) -> Result<()> {
         if self.authenticated && caller.is_empty() {
-            return Err(Error::CallerDenied {
-                rule: "the caller has no identity (a client certificate with a URI or DNS \
-                       name, or the mesh's forwarded one)"
-                    .into(),
-            });
+            return Err(Error::Unidentified);
         }
         Ok(())
     }
@@ -599,7 +595,9 @@ impl OperationService for Gateway {
                 Ok(_) => "created",
                 Err(Error::OpIdConflict { .. }) => "conflict",
                 Err(Error::InvalidArgument(_)) => "invalid",
-                Err(Error::PolicyDenied { .. } | Error::CallerDenied { .. }) => "denied",
+                Err(
+                    Error::PolicyDenied { .. } | Error::CallerDenied { .. } | Error::Unidentified,
+                ) => "denied",
                 Err(Error::OpIdTaken(_)) => "conflict",
                 Err(_) => "failed",
             };

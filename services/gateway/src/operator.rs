@@ -19,6 +19,7 @@ impl api::operator_service_server::OperatorService for Gateway {
         request: Request<api::GetAuditTrailRequest>,
     ) -> Result<Response<api::GetAuditTrailResponse>, Status> {
         let caller = self.caller_of(&request);
+        self.identified(&caller)?;
         if !self.is_operator(&caller) {
             tracing::info!(?caller, "operator API refused");
             return Err(Error::CallerDenied {

@@ -650,3 +650,53 @@ async fn another_caller_s_op_id_is_said_taken_only_for_an_intent_the_caller_may_
     );
     assert_eq!(rig.snapshot(), before, "nothing recorded");
 }
+
+/// A call without an identity on a gateway that authenticates callers is UNAUTHENTICATED, the
+/// code gRPC clients and their interceptors act on (refresh a credential, a sidecar's
+/// certificate), not PERMISSION_DENIED, which says the identity was read and refused.
+#[tokio::test]
+async fn a_call_without_an_identity_is_unauthenticated() {
+    let rig = Rig::start_with(|config| {
+        config.allow_plaintext = true;
+        config.mesh = Some(sigcast_gateway::identity::MeshConfig {
+            sidecars: vec!["127.0.0.1".parse().unwrap()],
+            header: "x-forwarded-client-cert".into(),
+        });
+    })
+    .await;
+    let before = rig.snapshot();
+    let mut client = rig.client.clone();
+    let submit = client
+        .submit_operation(transfer("anonymous", "1"))
+        .await
+        .unwrap_err();
+    let get = client
+        .get_operation(pb::GetOperationRequest {
+            op_id: "anonymous".into(),
+        })
+        .await
+        .unwrap_err();
+    let mut operator =
+        sigcast_proto::sigcast::operator::v1::operator_service_client::OperatorServiceClient::connect(
+            format!("http://{}", rig.addr),
+        )
+        .await
+        .unwrap();
+    let audit = operator
+        .get_audit_trail(sigcast_proto::sigcast::operator::v1::GetAuditTrailRequest {
+            op_id: "anonymous".into(),
+        })
+        .await
+        .unwrap_err();
+    for status in [submit, get, audit] {
+        assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+        assert!(status.message().contains("no identity"), "{status:?}");
+        let info = status.get_details_error_info().expect("ErrorInfo");
+        assert_eq!(info.reason, "CALLER_UNIDENTIFIED");
+    }
+    assert_eq!(rig.snapshot(), before, "nothing recorded");
+    // With one, the same call is answered.
+    submit_as(&rig, "spiffe://t/a", transfer("anonymous", "1"))
+        .await
+        .unwrap();
+}

@@ -53,6 +53,13 @@ impl RpcPool {
     }
 }
 
+impl<'p> PoolEndpoint<'p> {
+    /// The pool's endpoint `index` (in configuration order).
+    pub(crate) fn new(pool: &'p RpcPool, index: usize) -> Self {
+        Self { pool, index }
+    }
+}
+
 impl PoolEndpoint<'_> {
     /// Its place in the pool's configuration order.
     pub fn index(&self) -> usize {

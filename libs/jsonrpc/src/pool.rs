@@ -301,16 +301,34 @@ impl RpcPool {
         params: Value,
         parse: impl Fn(Value) -> Result<T, Value> + Copy,
     ) -> Result<T> {
-        let (mut read, first) = HedgedRead::start(&self.ranking(), self.now());
+        let params = &params;
+        self.hedged(method, |endpoint| {
+            self.call_as(endpoint.index(), method, params, parse)
+        })
+        .await
+    }
+
+    /// A hedged read of what `read` makes of one endpoint (several requests to it, say, that
+    /// must come from one view): the first endpoint's answer it accepts wins, as for one
+    /// request; `method` names it in errors and logs.
+    pub async fn hedged<'p, T, F>(
+        &'p self,
+        method: &'static str,
+        read: impl Fn(crate::PoolEndpoint<'p>) -> F,
+    ) -> Result<T>
+    where
+        F: std::future::Future<Output = Result<T, RpcError>>,
+    {
+        let (mut read_state, first) = HedgedRead::start(&self.ranking(), self.now());
         let mut in_flight = FuturesUnordered::new();
         let mut errors = Vec::new();
         let launch = |index: usize| {
-            let params = &params;
-            async move { (index, self.call_as(index, method, params, parse).await) }
+            let answer = read(crate::PoolEndpoint::new(self, index));
+            async move { (index, answer.await) }
         };
         in_flight.push(launch(first));
         loop {
-            let hedge_in = read
+            let hedge_in = read_state
                 .hedge_at(&self.ranking())
                 .map(|at| at.saturating_sub(self.now()));
             tokio::select! {
@@ -318,7 +336,7 @@ impl RpcPool {
                     Ok(value) => {
                         // The requests still in flight are dropped here; `won` counts what
                         // they cost.
-                        if read.won(index, self.now(), &mut self.ranking()) {
+                        if read_state.won(index, self.now(), &mut self.ranking()) {
                             let endpoint = self.endpoints[index].label.as_str();
                             metrics::inc(&metrics::metrics().hedges_won, &[("endpoint", endpoint)]);
                         }
@@ -327,7 +345,7 @@ impl RpcPool {
                     Err(error) => {
                         tracing::debug!(%error, method, "read failed");
                         errors.push(error);
-                        match read.failed(index, self.now()) {
+                        match read_state.failed(index, self.now()) {
                             AfterFailure::Ask(next) => in_flight.push(launch(next)),
                             AfterFailure::Wait => {}
                             AfterFailure::Failed => {
@@ -337,7 +355,7 @@ impl RpcPool {
                     }
                 },
                 _ = tokio::time::sleep(hedge_in.unwrap_or_default()), if hedge_in.is_some() => {
-                    if let Some(next) = read.hedge(self.now()) {
+                    if let Some(next) = read_state.hedge(self.now()) {
                         // Counted by the endpoint the hedge goes to, as a win is: won / fired
                         // is how often hedging to that endpoint paid off.
                         let endpoint = self.endpoints[next].label.as_str();

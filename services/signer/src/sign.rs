@@ -231,26 +231,22 @@ impl EvmChain {
         // An endpoint moved to another chain since the start (a DNS name, a load balancer)
         // shows the key's count there: taken here, the nonce would jump past a gap nobody
         // fills, and every operation of the account would wait for ever.
+        // Hedged across the endpoints (G6), each read whole from one.
         fresh
             .get(|| async {
-                let mut errors = Vec::new();
-                for endpoint in self.pool.ranked_endpoints() {
-                    if let Err(error) = self.serves_chain(&endpoint).await {
-                        errors.push(error);
-                        continue;
-                    }
-                    match account_nonces(&endpoint, account, self.confirmations).await {
-                        Ok(nonces) => return Ok(nonces),
-                        Err(error) => errors.push(error.to_string()),
-                    }
-                }
-                Err(sigcast_jsonrpc::Error::Shared(format!(
-                    "no endpoint serving chain {} answered the account's transaction count {} \
-                     blocks deep (`confirmations`; the endpoint must keep state that deep): {}",
-                    self.chain_id,
-                    self.confirmations,
-                    errors.join("; ")
-                )))
+                self.pool
+                    .hedged("the account's transaction count", |endpoint| async move {
+                        self.serves_chain(&endpoint).await?;
+                        account_nonces(&endpoint, account, self.confirmations).await
+                    })
+                    .await
+                    .map_err(|error| {
+                        sigcast_jsonrpc::Error::Shared(format!(
+                            "{error} (from an endpoint serving chain {}, {} blocks deep: \
+                             `confirmations`; the endpoint must keep state that deep)",
+                            self.chain_id, self.confirmations,
+                        ))
+                    })
             })
             .await
     }
@@ -260,7 +256,7 @@ impl EvmChain {
     async fn serves_chain(
         &self,
         endpoint: &sigcast_jsonrpc::PoolEndpoint<'_>,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), sigcast_jsonrpc::RpcError> {
         let index = endpoint.index();
         let known = self
             .served
@@ -272,9 +268,7 @@ impl EvmChain {
         let served = match known {
             Some(served) => served,
             None => {
-                let served = served_chain_id(endpoint)
-                    .await
-                    .map_err(|error| error.to_string())?;
+                let served = served_chain_id(endpoint).await?;
                 self.served
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -289,11 +283,10 @@ impl EvmChain {
                 configured = self.chain_id,
                 "endpoint serves another chain; no nonce is read from it"
             );
-            return Err(format!(
-                "{} serves chain {served}, not {}",
-                endpoint.label(),
-                self.chain_id
-            ));
+            return Err(sigcast_jsonrpc::RpcError::Malformed {
+                endpoint: endpoint.label().to_owned(),
+                message: format!("serves chain {served}, not {}", self.chain_id),
+            });
         }
         Ok(())
     }

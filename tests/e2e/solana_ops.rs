@@ -508,3 +508,70 @@ async fn an_endpoint_whose_history_misses_the_signing_slot_never_proves_expiry()
     let done = wait_terminal(&stack, &["pruned".into()], Duration::from_secs(60)).await;
     assert_confirmed_by_one_resign(&stack, &done["pruned"]);
 }
+
+/// An instruction list whose transaction cannot fit a Solana packet. Past it on its own: refused
+/// at submit. Past it only with what the signer adds (its priority fee): refused by the signer,
+/// REJECTED with the reason. Signed, every send would be refused, and a refused send on Solana
+/// says nothing: the operation would be re-signed at every expiry, for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_instruction_list_past_a_packet_is_refused_at_submit_or_by_the_signer() {
+    let node = SolanaNode::start(Duration::from_millis(50)).await;
+    let stack = Stack::start(StackOptions {
+        accounts: 1,
+        solana_rpc: Some(node.url.clone()),
+        solana_accounts: 1,
+        solana_compute_unit_price: 1_000,
+        ..Default::default()
+    })
+    .await;
+    let payer = stack.solana_accounts[0].clone();
+    node.airdrop(key_bytes(&payer), SOL);
+    // One instruction of `data` bytes to a program naming no account: 170 bytes more than its
+    // data as a bare transaction; the priority fee's instruction adds 44.
+    let list = |op_id: &str, data: usize| pb::SubmitOperationRequest {
+        op_id: op_id.into(),
+        intent: Some(pb::Intent {
+            kind: Some(pb::intent::Kind::SolanaInstructions(
+                pb::SolanaInstructions {
+                    cluster: "localnet".into(),
+                    fee_payer: payer.clone(),
+                    instructions: vec![pb::SolanaInstruction {
+                        program_id: bs58::encode([7u8; 32]).into_string(),
+                        accounts: Vec::new(),
+                        data: vec![1; data],
+                    }],
+                },
+            )),
+        }),
+    };
+    let mut client = stack.client().await;
+    let refused = client
+        .submit_operation(list("past-a-packet", 1_100))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(
+        refused
+            .message()
+            .contains("intent.solana_instructions.instructions")
+            && refused.message().contains("1270 bytes"),
+        "{refused:?}"
+    );
+
+    client
+        .submit_operation(list("past-with-its-fee", 1_040))
+        .await
+        .unwrap();
+    let done = wait_terminal(
+        &stack,
+        &["past-with-its-fee".into()],
+        Duration::from_secs(30),
+    )
+    .await;
+    let op = &done["past-with-its-fee"];
+    assert_eq!(op.state(), pb::OperationState::Rejected, "{op:?}");
+    let error = op.error.as_ref().unwrap();
+    assert_eq!(error.reason, "SIGNER_REFUSED", "{error:?}");
+    assert!(error.message.contains("1254 bytes"), "{error:?}");
+    assert!(op.attempts.is_empty(), "nothing signed: {op:?}");
+}

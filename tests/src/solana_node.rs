@@ -356,6 +356,15 @@ fn send_transaction(chain: &mut Chain, params: &Value) -> RpcResult {
             .into_vec()
             .map_err(|_| invalid("not base58"))?,
     };
+    // As a validator's RPC decodes it: a transaction past one packet is refused.
+    if bytes.len() > sigcast_domain::SOLANA_PACKET_BYTES {
+        return Err(invalid(format!(
+            "base64 encoded solana_transaction::Transaction too large: {} bytes (max: \
+             encoded/raw 1644/{})",
+            bytes.len(),
+            sigcast_domain::SOLANA_PACKET_BYTES
+        )));
+    }
     let tx: VersionedTransaction =
         wincode::deserialize(&bytes).map_err(|e| invalid(format!("failed to deserialize: {e}")))?;
     let signature = *tx

@@ -131,6 +131,51 @@ pub struct SolanaInstructions {
     pub instructions: Vec<SolanaInstruction>,
 }
 
+/// The most bytes a Solana transaction takes on the wire: one packet.
+pub const SOLANA_PACKET_BYTES: usize = 1232;
+
+impl SolanaInstructions {
+    /// The bytes of the smallest transaction carrying these instructions: a legacy message
+    /// with a recent blockhash, each key once, a signature per signing key, and nothing the
+    /// signer adds (a priority fee, a durable nonce's advance). Past [`SOLANA_PACKET_BYTES`],
+    /// no transaction of them fits a packet: signed, it would be refused at every send.
+    pub fn least_transaction_bytes(&self) -> usize {
+        fn compact(n: usize) -> usize {
+            match n {
+                0..0x80 => 1,
+                0x80..0x4000 => 2,
+                _ => 3,
+            }
+        }
+        let mut keys = BTreeSet::from([self.fee_payer.as_bytes()]);
+        let mut signers = BTreeSet::from([self.fee_payer.as_bytes()]);
+        let mut instructions = 0;
+        for ix in &self.instructions {
+            keys.insert(ix.program_id.as_bytes());
+            for meta in &ix.accounts {
+                keys.insert(meta.pubkey.as_bytes());
+                if meta.is_signer {
+                    signers.insert(meta.pubkey.as_bytes());
+                }
+            }
+            instructions += 1
+                + compact(ix.accounts.len())
+                + ix.accounts.len()
+                + compact(ix.data.len())
+                + ix.data.len();
+        }
+        let signatures = compact(signers.len()) + 64 * signers.len();
+        // Header (3 bytes), the keys, the blockhash, the instructions.
+        signatures
+            + 3
+            + compact(keys.len())
+            + 32 * keys.len()
+            + 32
+            + compact(self.instructions.len())
+            + instructions
+    }
+}
+
 /// A parsed, valid intent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Intent {
@@ -236,6 +281,59 @@ impl IntentRules {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sizes counted by hand from the wire format (compact-u16 lengths, 64-byte signatures,
+    /// 32-byte keys, each key once); `sigcast-solana` checks them against the message it
+    /// builds.
+    #[test]
+    fn the_least_transaction_bytes_count_each_key_once_and_every_length() {
+        let key = |n: u8| crate::SolanaPubkey::from([n; 32]);
+        let meta = |n, is_signer| crate::SolanaAccountMeta {
+            pubkey: key(n),
+            is_signer,
+            is_writable: true,
+        };
+        let list = |instructions| SolanaInstructions {
+            cluster: "localnet".into(),
+            fee_payer: key(1),
+            instructions,
+        };
+        // 65 signature, 3 header, 65 keys, 32 blockhash, 1 count, 1 + 1 + 2 + 1,100.
+        let one = list(vec![SolanaInstruction {
+            program_id: key(9),
+            accounts: Vec::new(),
+            data: vec![0; 1100],
+        }]);
+        assert_eq!(one.least_transaction_bytes(), 1270);
+        // Two signers (129), four keys (129), 32, 1, then 1 + 1 + 3 + 2 + 200 and 1 + 1 + 1 +
+        // 1 + 5.
+        let two = list(vec![
+            SolanaInstruction {
+                program_id: key(9),
+                accounts: vec![meta(1, true), meta(2, true), meta(3, false)],
+                data: vec![0; 200],
+            },
+            SolanaInstruction {
+                program_id: key(9),
+                accounts: vec![meta(3, false)],
+                data: vec![0; 5],
+            },
+        ]);
+        assert_eq!(two.least_transaction_bytes(), 510);
+        // 128 instructions: a two-byte count.
+        let many = list(vec![
+            SolanaInstruction {
+                program_id: key(9),
+                accounts: Vec::new(),
+                data: Vec::new(),
+            };
+            128
+        ]);
+        assert_eq!(
+            many.least_transaction_bytes(),
+            65 + 3 + 65 + 32 + 2 + 128 * 3
+        );
+    }
 
     #[test]
     fn chain_caip2_round_trip() {

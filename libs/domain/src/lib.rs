@@ -23,8 +23,8 @@ pub use error::{Error, Result, Rule};
 pub use fingerprint::Fingerprint;
 pub use intent::{
     Chain, EvmContractCall, EvmTransfer, Intent, IntentRules, MAX_SOLANA_ACCOUNTS,
-    MAX_SOLANA_INSTRUCTION_DATA, MAX_SOLANA_INSTRUCTIONS, SolanaAccountMeta, SolanaInstruction,
-    SolanaInstructions, SolanaTransfer,
+    MAX_SOLANA_INSTRUCTION_DATA, MAX_SOLANA_INSTRUCTIONS, SOLANA_PACKET_BYTES, SolanaAccountMeta,
+    SolanaInstruction, SolanaInstructions, SolanaTransfer,
 };
 pub use op_id::{MAX_OP_ID_LEN, OpId, derive_op_id};
 pub use state::{CancelEffect, OperationState};

@@ -5,7 +5,8 @@ use crate::pb;
 use sigcast_domain::{
     EvmAddress, EvmContractCall, EvmTransfer, Intent, IntentRules, Lamports, MAX_SOLANA_ACCOUNTS,
     MAX_SOLANA_INSTRUCTION_DATA, MAX_SOLANA_INSTRUCTIONS, OpId, OperationState, Rule,
-    SolanaAccountMeta, SolanaInstruction, SolanaInstructions, SolanaPubkey, SolanaTransfer, Wei,
+    SOLANA_PACKET_BYTES, SolanaAccountMeta, SolanaInstruction, SolanaInstructions, SolanaPubkey,
+    SolanaTransfer, Wei,
 };
 
 /// A field of a request and the rule its value broke.
@@ -168,15 +169,33 @@ pub fn intent_from_proto(
                     .collect(),
                 None => Vec::new(),
             };
-            (|| {
+            let built = (|| {
                 cluster?;
                 count?;
-                Some(Intent::SolanaInstructions(SolanaInstructions {
+                Some(SolanaInstructions {
                     cluster: list.cluster.clone(),
                     fee_payer: fee_payer?,
                     instructions: instructions.into_iter().collect::<Option<_>>()?,
-                }))
-            })()
+                })
+            })();
+            // A deployment's rule, not the shape's: a retry of a list accepted before is
+            // still matched against its operation.
+            let fits = built
+                .as_ref()
+                .filter(|_| rules.is_some())
+                .map_or(Ok(()), |list| {
+                    let bytes = list.least_transaction_bytes();
+                    match bytes <= SOLANA_PACKET_BYTES {
+                        true => Ok(()),
+                        false => Err(Rule(format!(
+                            "make a transaction of at least {bytes} bytes, more than the \
+                         {SOLANA_PACKET_BYTES} of a Solana packet: no node would take it"
+                        ))),
+                    }
+                });
+            v.check(|| format!("{at}.instructions"), fits)
+                .and(built)
+                .map(Intent::SolanaInstructions)
         }
     };
     match parsed {

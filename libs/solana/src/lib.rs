@@ -186,6 +186,17 @@ pub fn compute_unit_price(message: &Message) -> u64 {
         .unwrap_or(0)
 }
 
+/// The bytes the message's transaction takes on the wire, once signed.
+pub fn wire_size(message: &Message) -> usize {
+    let signatures = usize::from(message.header.num_required_signatures);
+    let compact = match signatures {
+        0..0x80 => 1,
+        0x80..0x4000 => 2,
+        _ => 3,
+    };
+    compact + 64 * signatures + message.serialize().len()
+}
+
 /// The bytes every signer of the message signs.
 pub fn message_bytes(message: &Message) -> Vec<u8> {
     message.serialize()
@@ -257,6 +268,69 @@ pub fn from_wire(bytes: &[u8]) -> Option<Transaction> {
 mod tests {
     use super::*;
     use sigcast_domain::{Lamports, SolanaPubkey};
+
+    /// The gateway's bound, from the intent alone, is the size of the smallest transaction
+    /// the signer makes of it (no priority fee, a blockhash), byte for byte; what the signer
+    /// adds only makes it larger.
+    #[test]
+    fn the_least_size_of_an_instruction_list_is_its_bare_transaction_s() {
+        use sigcast_domain::{SolanaAccountMeta, SolanaInstruction, SolanaInstructions};
+        let key = |n: u8| SolanaPubkey::from([n; 32]);
+        let meta = |n, is_signer, is_writable| SolanaAccountMeta {
+            pubkey: key(n),
+            is_signer,
+            is_writable,
+        };
+        let lists = [
+            vec![SolanaInstruction {
+                program_id: key(0),
+                accounts: vec![meta(1, true, true), meta(2, false, true)],
+                data: vec![2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0],
+            }],
+            // Keys named again (the fee payer as a meta, one key in two instructions), a
+            // second signer, a large datum and one of 200 bytes (a two-byte length).
+            vec![
+                SolanaInstruction {
+                    program_id: key(9),
+                    accounts: vec![
+                        meta(1, true, true),
+                        meta(3, true, false),
+                        meta(4, false, false),
+                    ],
+                    data: vec![7; 200],
+                },
+                SolanaInstruction {
+                    program_id: key(9),
+                    accounts: vec![meta(4, false, true)],
+                    data: vec![1; 900],
+                },
+            ],
+        ];
+        let lifetimes = [
+            Lifetime::Blockhash([5; 32]),
+            Lifetime::DurableNonce {
+                account: [6; 32],
+                authority: [1; 32],
+                value: [5; 32],
+            },
+        ];
+        for instructions in lists {
+            let list = SolanaInstructions {
+                cluster: "localnet".into(),
+                fee_payer: key(1),
+                instructions,
+            };
+            let bare = instructions_message(&list, &lifetimes[0], 0);
+            assert_eq!(list.least_transaction_bytes(), wire_size(&bare));
+            let signers = usize::from(bare.header.num_required_signatures);
+            let signed = assemble(bare, &vec![[0; 64]; signers]);
+            assert_eq!(wire_bytes(&signed).len(), wire_size(&signed.message));
+            for (lifetime, price) in [(&lifetimes[0], 1_000), (&lifetimes[1], 0)] {
+                let more = instructions_message(&list, lifetime, price);
+                assert!(wire_size(&more) > list.least_transaction_bytes());
+            }
+        }
+    }
 
     #[test]
     fn an_unsigned_or_wrongly_signed_transfer_does_not_verify() {

@@ -234,7 +234,7 @@ fn classify(status: tonic::Status) -> Refusal {
         .filter(|info| info.domain == "sigcast-signer")
         .map(|info| info.reason);
     match (status.code(), reason.as_deref()) {
-        (tonic::Code::PermissionDenied, Some("NO_KEY" | "POLICY_DENIED")) => {
+        (tonic::Code::PermissionDenied, Some("NO_KEY" | "POLICY_DENIED" | "TOO_LARGE")) => {
             Refusal::Operation(status.message().to_owned())
         }
         (tonic::Code::ResourceExhausted, Some("NONCE_ACCOUNTS_BUSY")) => {
@@ -334,6 +334,10 @@ mod tests {
         ));
         assert!(matches!(
             classify(refusal(denied, "NO_KEY")),
+            Refusal::Operation(_)
+        ));
+        assert!(matches!(
+            classify(refusal(denied, "TOO_LARGE")),
             Refusal::Operation(_)
         ));
         // The signer refusing *us* (an unlisted certificate) must never reject work.

@@ -32,6 +32,20 @@ pub enum Error {
         /// The rule it broke.
         rule: String,
     },
+    /// The transaction would not fit a Solana packet: no node would take it. Nothing was
+    /// signed.
+    #[error(
+        "operation {op_id:?}: its transaction would take {bytes} bytes, more than the {max} of \
+         a Solana packet; nothing was signed"
+    )]
+    TooLarge {
+        /// The op_id.
+        op_id: String,
+        /// The transaction's bytes.
+        bytes: usize,
+        /// The most a packet holds.
+        max: usize,
+    },
     /// The operation's chain is not configured here.
     #[error("operation {op_id:?}: this signer has no endpoints for chain {chain}")]
     UnknownChain {
@@ -151,6 +165,7 @@ impl Error {
         Some(match self {
             Error::NoKey { .. } => REFUSED_NO_KEY,
             Error::PolicyDenied { .. } => REFUSED_BY_POLICY,
+            Error::TooLarge { .. } => REFUSED_TOO_LARGE,
             Error::Interlock(_) | Error::PayloadDiffers { .. } | Error::NonceAccountHeld { .. } => {
                 "INTERLOCK"
             }
@@ -164,10 +179,11 @@ impl Error {
 
 /// Every reason a refusal is counted under (`signer_refusals_total{reason}`): those of
 /// [`Error::refusal_reason`] and a caller the signer does not allow.
-pub(crate) const REFUSAL_REASONS: [&str; 7] = [
+pub(crate) const REFUSAL_REASONS: [&str; 8] = [
     CALLER_NOT_ALLOWED,
     REFUSED_NO_KEY,
     REFUSED_BY_POLICY,
+    REFUSED_TOO_LARGE,
     "INTERLOCK",
     "NOT_SIGNABLE",
     "NOT_RECORDED",
@@ -181,6 +197,8 @@ pub(crate) const CALLER_NOT_ALLOWED: &str = "CALLER_NOT_ALLOWED";
 const REFUSED_NO_KEY: &str = "NO_KEY";
 /// ErrorInfo reason: the key's policy forbids the operation.
 const REFUSED_BY_POLICY: &str = "POLICY_DENIED";
+/// ErrorInfo reason: the operation's transaction would not fit a packet.
+const REFUSED_TOO_LARGE: &str = "TOO_LARGE";
 
 /// ErrorInfo reason: a replacement would exceed the chain's fee cap.
 const AT_FEE_CAP: &str = "FEE_CAP";
@@ -213,6 +231,7 @@ impl From<Error> for Status {
             // a refusal of the caller (an unlisted certificate), which must never reject work.
             Error::NoKey { .. } => refusal(message, REFUSED_NO_KEY),
             Error::PolicyDenied { .. } => refusal(message, REFUSED_BY_POLICY),
+            Error::TooLarge { .. } => refusal(message, REFUSED_TOO_LARGE),
             // Waiting for a nonce account is not a failure: the caller retries later.
             Error::NonceAccountsBusy { .. } | Error::NonceAccountHeld { .. } => {
                 let details = tonic_types::ErrorDetails::with_error_info(

@@ -302,6 +302,16 @@ impl Signer {
             }
             _ => unreachable!("checked above"),
         };
+        // Every send of a transaction past a packet would be refused, and on Solana a refused
+        // send says nothing: signed, it would be re-signed at every expiry, for ever.
+        let bytes = sigcast_solana::wire_size(&message);
+        if bytes > sigcast_domain::SOLANA_PACKET_BYTES {
+            return Err(Error::TooLarge {
+                op_id: op.op_id.clone(),
+                bytes,
+                max: sigcast_domain::SOLANA_PACKET_BYTES,
+            });
+        }
         let signing = match plan {
             Plan::Blockhash(latest) => pb::SolanaSigning {
                 blockhash: b58(&latest.hash),

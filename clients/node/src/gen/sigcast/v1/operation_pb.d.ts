@@ -223,7 +223,10 @@ export declare type SolanaInstructions = Message<"sigcast.v1.SolanaInstructions"
   feePayer: string;
 
   /**
-   * The instructions, in order (1 to 64).
+   * The instructions, in order (1 to 64). Their transaction must fit a 1,232-byte packet:
+   * refused at submit when the bare transaction would not (each key once, a signature per
+   * signing key, a blockhash); refused by the signer (REJECTED, SIGNER_REFUSED) when only what
+   * it adds (a priority fee, a durable nonce's advance) takes it past.
    *
    * @generated from field: repeated sigcast.v1.SolanaInstruction instructions = 3;
    */

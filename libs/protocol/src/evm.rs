@@ -264,17 +264,28 @@ fn max_fee_per_gas(attempt: &pb::Attempt) -> Option<u128> {
     attempt.max_fee_per_gas.parse().ok()
 }
 
-/// The attempt that goes out again, when due: a cancel asked for and signed, the newest
-/// cancel; else the newest that may still land, else the newest that may be sent; none may (a
-/// cancel asked for before anything was sent): nothing.
+/// The attempt that goes out again, when due: a cancel asked for and signed, the newest cancel
+/// unless it can never pass; else the newest that may still land, else the newest that may be
+/// sent; none may (a cancel asked for before anything was sent): nothing.
 fn resend_target_when_due(op: &pb::Operation, now: SystemTime, rules: &Rules) -> Action {
     let mut newest_first = op.attempts.iter().rev();
     // The operation's transaction may still land from a pool, but no send of ours helps the
-    // effect the caller asked to cancel.
+    // effect the caller asked to cancel. Unless the cancel can never pass: refused for more
+    // than its fees (the balance for its higher fee) and taken by no node, it would be sent
+    // for ever while the operation's own transaction, which may land, waits behind it.
+    let never_passes = |cancel: &pb::Attempt| {
+        !cancel.may_land
+            && cancel.outcome() == pb::AttemptOutcome::Rejected
+            && op
+                .error
+                .as_ref()
+                .is_none_or(|e| e.reason != reasons::UNDERPRICED)
+    };
     if op.cancel_requested
         && let Some(cancel) = newest_first
             .clone()
             .find(|a| reason_of(a) == AttemptReason::Cancel)
+        && !never_passes(cancel)
     {
         return resend_when_due(cancel, now, rules);
     }

@@ -73,8 +73,10 @@ pub fn final_self_transfer(
         .attempts
         .last()
         .filter(|last| cancel_replacing == Some(last.number) && refused_cancel(last));
+    // The newest: after a cancel priced again, the one that stands.
     op.attempts
         .iter()
+        .rev()
         .find(|a| reason_of(a).takes_the_nonce_instead())
         .filter(|_| replaceable.is_none())
 }

@@ -855,14 +855,16 @@ fn a_cancel_refused_for_its_fees_is_priced_again_and_the_operation_s_bytes_not_r
         decide(&op, &free, at(7), &rules()),
         Action::Wait(Why::InFlight(at(8)))
     );
-    // Refused for anything else (the balance for its gas): priced again it would not pass;
-    // its bytes, when due.
+    // Refused for anything else (the balance for its higher fee): neither priced again nor
+    // sent again, it would never pass, and the operation would wait for ever behind it. The
+    // operation's own transaction, which may still land, goes out again (review, sixteenth
+    // session): CONFIRMED is an honest end of a cancel that could not go.
     op.attempts[1].fee_cap_time = None;
     op.error = Some(pb::OperationError {
         reason: crate::record::reasons::SEND_REJECTED.into(),
         message: "insufficient funds for gas * price + value".into(),
     });
-    assert_eq!(decide(&op, &free, at(9), &rules()), Action::Send(2));
+    assert_eq!(decide(&op, &free, at(9), &rules()), Action::Send(1));
     // As many cancels priced again as fee bumps (two): after them, the newest's bytes.
     underpriced(&mut op);
     let refused_cancel = |n| {
@@ -880,6 +882,19 @@ fn a_cancel_refused_for_its_fees_is_priced_again_and_the_operation_s_bytes_not_r
         Action::Replace(Replacement::Cancel)
     );
     op.attempts.push(refused_cancel(4));
+    assert_eq!(decide(&op, &free, at(8), &rules()), Action::Send(4));
+    // Beside a refusal for more than its fees: a cancel recorded as being sent without an
+    // outcome (a crash in between) goes out again, as does one that may land (a send of it
+    // was accepted).
+    op.error = Some(pb::OperationError {
+        reason: crate::record::reasons::SEND_REJECTED.into(),
+        message: "insufficient funds for gas * price + value".into(),
+    });
+    assert_eq!(decide(&op, &free, at(8), &rules()), Action::Send(1));
+    op.attempts[3].set_outcome(pb::AttemptOutcome::Pending);
+    assert_eq!(decide(&op, &free, at(8), &rules()), Action::Send(4));
+    op.attempts[3].set_outcome(pb::AttemptOutcome::Rejected);
+    op.attempts[3].may_land = true;
     assert_eq!(decide(&op, &free, at(8), &rules()), Action::Send(4));
 }
 
@@ -919,6 +934,26 @@ fn a_self_transfer_is_final_but_a_refused_cancel_a_cancel_replaces() {
             "{outcome:?}"
         );
     }
+    // Several cancels: the newest is the one that stands (or that a cancel replaces).
+    let mut three = refused.clone();
+    three
+        .attempts
+        .push(cancel(3, pb::AttemptOutcome::Accepted, true));
+    assert_eq!(
+        number(crate::record::final_self_transfer(&three, Some(2))),
+        Some(3)
+    );
+    three
+        .attempts
+        .push(cancel(4, pb::AttemptOutcome::Rejected, false));
+    assert_eq!(
+        number(crate::record::final_self_transfer(&three, Some(4))),
+        None
+    );
+    assert_eq!(
+        number(crate::record::final_self_transfer(&three, Some(3))),
+        Some(4)
+    );
     let gap_fill = evm_op(vec![
         attempt(
             1,

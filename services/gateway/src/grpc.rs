@@ -325,8 +325,10 @@ impl Gateway {
                 return Err(Error::InvalidArgument(violations));
             }
         };
-        // A caller refused here reads nothing from the store.
-        self.may_read(&caller)?;
+        // A caller refused here reads nothing from the store. One the callers table no longer
+        // names still has its own retries answered (below): refused, with "nothing was
+        // recorded", it might pay another way while its operation lands.
+        self.identified(&caller)?;
         let fingerprint = intent.fingerprint().to_string();
         let root = self.store.root().clone();
 

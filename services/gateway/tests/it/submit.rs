@@ -700,3 +700,57 @@ async fn a_call_without_an_identity_is_unauthenticated() {
         .await
         .unwrap();
 }
+
+/// A caller taken out of `[[callers]]` after a submit, retrying it: its own operation is
+/// answered (a refusal saying nothing was recorded would have it pay another way while the
+/// operation lands). Anything new it asks is refused, and another caller's op_id tells it
+/// nothing.
+#[tokio::test]
+async fn a_caller_taken_out_of_the_table_has_its_retry_answered_and_nothing_else() {
+    let mesh = || sigcast_gateway::identity::MeshConfig {
+        sidecars: vec!["127.0.0.1".parse().unwrap()],
+        header: "x-forwarded-client-cert".into(),
+    };
+    let rule = |identity: &str| sigcast_domain::callers::CallerRule {
+        identity: identity.into(),
+        accounts: vec!["*".into()],
+        chains: Vec::new(),
+        intent_kinds: Vec::new(),
+        may_cancel: true,
+    };
+    let (a, b) = ("spiffe://t/a", "spiffe://t/b");
+    let then = Rig::start_with(|config| {
+        config.allow_plaintext = true;
+        config.mesh = Some(mesh());
+        config.callers = vec![rule(a), rule(b)];
+    })
+    .await;
+    let accepted = submit_as(&then, a, transfer("pay-a", "10")).await.unwrap();
+    submit_as(&then, b, transfer("pay-b", "10")).await.unwrap();
+    let store = then.config.store.clone();
+    let now = Rig::start_with(move |config| {
+        config.store = store;
+        config.allow_plaintext = true;
+        config.mesh = Some(mesh());
+        config.callers = vec![rule(b)];
+    })
+    .await;
+    let before = now.snapshot();
+    let retry = submit_as(&now, a, transfer("pay-a", "10"))
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}"));
+    assert!(retry.replayed);
+    assert_eq!(retry.operation, accepted.operation);
+    for (op_id, value) in [("pay-new", "10"), ("pay-b", "10"), ("pay-a", "11")] {
+        let status = submit_as(&now, a, transfer(op_id, value))
+            .await
+            .unwrap_err();
+        let expected = match op_id {
+            // Its own operation with another intent: the conflict, as to any retry.
+            "pay-a" => Code::AlreadyExists,
+            _ => Code::PermissionDenied,
+        };
+        assert_eq!(status.code(), expected, "{op_id}: {status:?}");
+    }
+    assert_eq!(now.snapshot(), before, "nothing recorded");
+}

@@ -12,7 +12,7 @@ export declare class SigcastError extends Error {
   /** The gRPC status code (Code.AlreadyExists, ...; numerically gRPC's). */
   readonly code: Code;
   readonly rawMessage: string;
-  /** ErrorInfo's reason (OP_ID_CONFLICT, POLICY_DENIED, CALLER_NOT_ALLOWED, STORE_FULL). */
+  /** ErrorInfo's reason (OP_ID_CONFLICT, POLICY_DENIED, CALLER_NOT_ALLOWED, CALLER_UNIDENTIFIED, STORE_FULL). */
   readonly reason: string | undefined;
   /** ErrorInfo's metadata (e.g. both intent fingerprints of a conflict). */
   readonly metadata: Record<string, string>;

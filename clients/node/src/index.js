@@ -37,7 +37,7 @@ export class SigcastError extends Error {
     /** The gRPC status code (Code.AlreadyExists, ...; numerically gRPC's). */
     this.code = code;
     this.rawMessage = message;
-    /** ErrorInfo's reason (OP_ID_CONFLICT, POLICY_DENIED, CALLER_NOT_ALLOWED, STORE_FULL). */
+    /** ErrorInfo's reason (OP_ID_CONFLICT, POLICY_DENIED, CALLER_NOT_ALLOWED, CALLER_UNIDENTIFIED, STORE_FULL). */
     this.reason = reason;
     /** ErrorInfo's metadata (e.g. both intent fingerprints of a conflict). */
     this.metadata = metadata;

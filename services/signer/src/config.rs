@@ -206,6 +206,22 @@ impl ServiceConfig for Config {
                 "must be a base58 hash of 32 bytes, as getGenesisHash answers it",
             ));
         }
+        for cluster in &self.solana_clusters {
+            // A cap under the base would lower even the first attempt's fee (0: none at all),
+            // where the base is what was asked for.
+            if let Some(max) = cluster.max_compute_unit_price_micro_lamports
+                && max < cluster.compute_unit_price_micro_lamports.max(1)
+            {
+                return Err(ConfigError::invalid(
+                    "solana_clusters.max_compute_unit_price_micro_lamports",
+                    format!(
+                        "cluster {}: {max} is under compute_unit_price_micro_lamports ({}); \
+                         it must be at least that, and at least 1",
+                        cluster.cluster, cluster.compute_unit_price_micro_lamports
+                    ),
+                ));
+            }
+        }
         for chain in &self.evm_chains {
             if chain.rpc_urls.is_empty() {
                 return Err(ConfigError::invalid(
@@ -279,6 +295,31 @@ mod tests {
     #[test]
     fn the_defaults_are_valid() {
         Config::default().validate().unwrap();
+    }
+
+    #[test]
+    fn a_priority_fee_cap_under_the_base_is_refused_by_name() {
+        let cluster = |base, max| SolanaClusterConfig {
+            cluster: "devnet".into(),
+            rpc_urls: vec!["http://127.0.0.1:8899".into()],
+            compute_unit_price_micro_lamports: base,
+            max_compute_unit_price_micro_lamports: max,
+            genesis_hash: None,
+        };
+        let with = |cluster| Config {
+            solana_clusters: vec![cluster],
+            ..Config::default()
+        };
+        for (base, max) in [(1_000, Some(999)), (0, Some(0)), (5, Some(0))] {
+            let error = with(cluster(base, max)).validate().unwrap_err().to_string();
+            assert!(
+                error.contains("max_compute_unit_price_micro_lamports") && error.contains("devnet"),
+                "{error}"
+            );
+        }
+        for (base, max) in [(1_000, Some(1_000)), (0, Some(1)), (1_000, None), (0, None)] {
+            with(cluster(base, max)).validate().unwrap();
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@ from sigcast.v1 import operation_pb2 as pb
 from ._client import Client, RetryPolicy, Submitted, TlsFiles
 from ._errors import (
     CallerNotAllowed,
+    CallerUnidentified,
     InvalidArgument,
     NotFound,
     OpIdConflict,
@@ -36,6 +37,7 @@ TERMINAL_STATES = frozenset(
 
 __all__ = [
     "CallerNotAllowed",
+    "CallerUnidentified",
     "Client",
     "InvalidArgument",
     "NotFound",

@@ -54,6 +54,11 @@ class CallerNotAllowed(SigcastError):
     """This caller may not use the key (PERMISSION_DENIED, CALLER_NOT_ALLOWED)."""
 
 
+class CallerUnidentified(SigcastError):
+    """The call named no caller where the gateway authenticates callers (UNAUTHENTICATED,
+    CALLER_UNIDENTIFIED): present a client certificate, or come through the mesh's sidecar."""
+
+
 class NotFound(SigcastError):
     """No such operation (or another caller's)."""
 
@@ -66,6 +71,7 @@ _BY_REASON = {
     "OP_ID_CONFLICT": OpIdConflict,
     "POLICY_DENIED": PolicyDenied,
     "CALLER_NOT_ALLOWED": CallerNotAllowed,
+    "CALLER_UNIDENTIFIED": CallerUnidentified,
     "STORE_FULL": StoreFull,
 }
 _BY_CODE = {

@@ -122,3 +122,34 @@ async fn the_test_node_lands_transfers_and_lets_blockhashes_expire() {
     );
     assert_eq!(balance(&pool, recipient).await, SOL, "nothing more arrived");
 }
+
+/// One of a cluster's endpoints serves another cluster (a load balancer, a DNS name moved)
+/// and answers first. A blockhash of that cluster is valid nowhere on this one: signed over
+/// it, a transaction would never land, and its expiry, counted in the other cluster's block
+/// heights, might not come for a long time. Blockhashes (and nonce accounts) are read only
+/// from endpoints serving the cluster's genesis hash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blockhash_is_read_only_from_an_endpoint_of_the_cluster() {
+    let elsewhere = SolanaNode::start(Duration::from_millis(20)).await;
+    // Far ahead of the cluster's own node, so that the slot tells which one answered.
+    while elsewhere.slot() < 200 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let node = SolanaNode::start(Duration::from_millis(20)).await;
+    // The cluster's own node answers late: the other one would answer first.
+    let late = sigcast_e2e::FaultProxy::slow(node.addr, Duration::from_millis(300)).await;
+    let rpc = sigcast_solana::SolanaRpc::new(
+        &[elsewhere.url.clone(), late.url.clone()],
+        Duration::from_secs(5),
+    )
+    .unwrap()
+    .expecting_cluster("localnet", Some(&node.genesis_hash()));
+    let latest = rpc.latest_blockhash().await.unwrap();
+    assert!(
+        latest.slot <= node.slot(),
+        "read at slot {} from the other cluster (its own node is at {}, the other at {})",
+        latest.slot,
+        node.slot(),
+        elsewhere.slot()
+    );
+}

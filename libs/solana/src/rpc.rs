@@ -182,11 +182,45 @@ impl SolanaRpc {
         Ok(Self(RpcPool::new(urls, timeout)?, Genesis::default()))
     }
 
+    /// A hedged read of `method` whose answer `parse` accepts, from an endpoint serving this
+    /// cluster only: another cluster's blockhash is valid nowhere on this one (the
+    /// transaction would never land, and its expiry is counted in another chain's heights),
+    /// and its nonce account is another account.
+    async fn read_of_cluster<T>(
+        &self,
+        method: &'static str,
+        params: Value,
+        parse: impl Fn(Value) -> std::result::Result<T, Value> + Copy,
+    ) -> Result<T> {
+        use sigcast_jsonrpc::Endpoint as _;
+        let params = &params;
+        self.0
+            .hedged(method, |endpoint| async move {
+                if !self.serves_cluster(&endpoint).await {
+                    return Err(RpcError::Malformed {
+                        endpoint: endpoint.label().to_owned(),
+                        message: "serves another cluster (its getGenesisHash), or none known \
+                                  yet: not read"
+                            .into(),
+                    });
+                }
+                let value = endpoint.request(method, params.clone()).await?;
+                parse(value).map_err(|value| RpcError::Malformed {
+                    endpoint: endpoint.label().to_owned(),
+                    message: format!(
+                        "{method} answered {}",
+                        sigcast_jsonrpc::quoted(&value.to_string())
+                    ),
+                })
+            })
+            .await
+    }
+
     /// The latest blockhash at `confirmed` commitment, its last valid block height, and the
-    /// slot it was read at.
+    /// slot it was read at; from an endpoint serving the cluster.
     pub async fn latest_blockhash(&self) -> Result<LatestBlockhash> {
         // An answer that is not one counts against its endpoint (see `RpcPool::read_as`).
-        self.read_as(
+        self.read_of_cluster(
             "getLatestBlockhash",
             json!([{ "commitment": "confirmed" }]),
             |value| {
@@ -236,13 +270,14 @@ impl SolanaRpc {
         Ok(self.nonce_and_slot(account).await?.0)
     }
 
-    /// [`SolanaRpc::nonce`], with the slot it was read at.
+    /// [`SolanaRpc::nonce`], with the slot it was read at; from an endpoint serving the
+    /// cluster.
     pub async fn nonce_and_slot(
         &self,
         account: &[u8; 32],
     ) -> Result<(Option<crate::NonceState>, u64)> {
         let (data, slot) = self
-            .read_as("getAccountInfo", account_params(account), |value| {
+            .read_of_cluster("getAccountInfo", account_params(account), |value| {
                 match (
                     parse_account_data(&value),
                     value["context"]["slot"].as_u64(),

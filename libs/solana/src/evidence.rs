@@ -91,6 +91,44 @@ async fn nonce_value(
     Ok((value, slot))
 }
 
+/// The most signatures `getSignatureStatuses` takes in one request (Agave's limit).
+const MOST_SIGNATURES_PER_READ: usize = 256;
+
+/// The statuses of `signatures` (each once, in order) and the lowest slot the node had reached
+/// for any of them; `None` unless every part was read. Past 256 signatures (an operation
+/// re-signed through hours of expiries) one request is refused whole: read 256 at a time,
+/// they are still every attempt's, as the proof of expiry needs.
+async fn statuses_of(
+    endpoint: &impl Endpoint,
+    signatures: &[String],
+) -> (Option<Vec<Option<SignatureStatus>>>, Option<u64>) {
+    let mut statuses = Vec::with_capacity(signatures.len());
+    // The lowest of the parts' slots; `None` once a part tells none.
+    let mut lowest_slot = Some(u64::MAX);
+    for part in signatures.chunks(MOST_SIGNATURES_PER_READ) {
+        let Ok(answer) = endpoint
+            .request(
+                "getSignatureStatuses",
+                json!([part, { "searchTransactionHistory": true }]),
+            )
+            .await
+        else {
+            return (None, None);
+        };
+        let Some(read) = parse_statuses(&answer, part.len()) else {
+            return (None, None);
+        };
+        statuses.extend(read);
+        let slot = answer
+            .get("context")
+            .and_then(|c| c.get("slot"))
+            .and_then(Value::as_u64);
+        lowest_slot = lowest_slot.zip(slot).map(|(lowest, slot)| lowest.min(slot));
+    }
+    // No signature asked: no part, and no slot.
+    (Some(statuses), lowest_slot.filter(|&slot| slot != u64::MAX))
+}
+
 /// Reads what `endpoint` shows of an operation's `signatures` (attempt order), with its
 /// durable-nonce account if it uses one. Anything unreadable is left `None`.
 pub async fn read_view(
@@ -120,19 +158,7 @@ pub async fn read_view(
         },
         None => (None, None),
     };
-    let answer = endpoint
-        .request(
-            "getSignatureStatuses",
-            json!([signatures, { "searchTransactionHistory": true }]),
-        )
-        .await
-        .ok();
-    let statuses = answer
-        .as_ref()
-        .and_then(|value| parse_statuses(value, signatures.len()));
-    let statuses_slot = answer
-        .as_ref()
-        .and_then(|value| value.get("context")?.get("slot")?.as_u64());
+    let (statuses, statuses_slot) = statuses_of(endpoint, signatures).await;
     // Read last: read first, it would say nothing of what was pruned during the status read
     // (found by the simulation: a landed transfer's status gone, the operation CANCELLED).
     let first_available_slot = first_available_slot(endpoint).await;
@@ -179,6 +205,68 @@ mod tests {
                 _ => Value::Null,
             })
         }
+    }
+
+    /// A node that takes at most 256 signatures a request, as Agave does: each answered
+    /// unknown but "Landed", at a slot that grows with each request.
+    #[derive(Default)]
+    struct TakesAtMost256 {
+        requests: Mutex<u64>,
+    }
+
+    impl Endpoint for TakesAtMost256 {
+        fn label(&self) -> &str {
+            "http://node:8899"
+        }
+
+        async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+            Ok(match method {
+                "getSignatureStatuses" => {
+                    let asked = params[0].as_array().unwrap();
+                    if asked.len() > 256 {
+                        return Err(RpcError::Node {
+                            endpoint: self.label().into(),
+                            code: -32602,
+                            message: "Too many inputs provided; max 256".into(),
+                        });
+                    }
+                    let mut requests = self.requests.lock().unwrap();
+                    *requests += 1;
+                    let value: Vec<Value> = asked
+                        .iter()
+                        .map(|s| match s.as_str() {
+                            Some("Landed") => {
+                                json!({ "slot": 7, "confirmationStatus": "finalized", "err": null })
+                            }
+                            _ => Value::Null,
+                        })
+                        .collect();
+                    json!({ "context": { "slot": 1000 - *requests }, "value": value })
+                }
+                _ => Value::Null,
+            })
+        }
+    }
+
+    #[test]
+    fn more_than_256_signatures_are_read_256_at_a_time() {
+        // An operation re-signed through hours of expiries: one request of all its signatures
+        // was refused, no view had statuses, and the operation waited for ever (review,
+        // sixteenth session).
+        let mut signatures: Vec<String> = (0..300).map(|n| format!("sig{n}")).collect();
+        signatures[280] = "Landed".into();
+        let endpoint = TakesAtMost256::default();
+        let view = ready(read_view(&endpoint, &signatures, None));
+        let statuses = view.statuses.expect("every signature read");
+        assert_eq!(statuses.len(), 300);
+        assert_eq!(
+            statuses.iter().position(Option::is_some),
+            Some(280),
+            "in order"
+        );
+        assert_eq!(*endpoint.requests.lock().unwrap(), 2);
+        // The lowest slot of the two reads: the node had reached it for every signature.
+        assert_eq!(view.statuses_slot, Some(998));
     }
 
     fn ready<T>(future: impl Future<Output = T>) -> T {

@@ -420,3 +420,42 @@ async fn an_instruction_list_never_touches_a_durable_nonce_account_of_its_keys()
     assert_eq!(signing.nonce_account, created[0]);
     assert_eq!(balance(&pool, &recipient(0)).await, SOL + 1_000);
 }
+
+/// A registered nonce account that is no nonce account (closed, never made, its authority
+/// handed over) first in key order: the signer takes the next free one of the key. Before,
+/// every operation of the key stayed RECEIVED, each signing refused on the broken account,
+/// while a good one sat free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broken_nonce_account_is_passed_over_for_the_next_free_one() {
+    let (_node, _proxy, stack, created) = durable_nonce_stack(1).await;
+    let from = stack.solana_accounts[0].clone();
+    let store = sigcast_store::Store::open(&sigcast_store::StoreConfig::sqlite(
+        stack.dir.path().join("sigcast.db"),
+    ))
+    .unwrap();
+    let root = store.root().clone();
+    // The System Program's key sorts before any other: an account, not a nonce account.
+    let broken = "11111111111111111111111111111111";
+    store
+        .run(|tx| {
+            sigcast_store::accounts::register_nonce_account(tx, &root, "localnet", &from, broken)
+        })
+        .unwrap();
+    let registered = store
+        .read(|tx| sigcast_store::accounts::nonce_accounts(tx, &root, "localnet", &from))
+        .unwrap();
+    assert_eq!(registered[0], broken, "{registered:?}");
+    stack
+        .client()
+        .await
+        .submit_operation(sol_transfer("past-broken", &from, &recipient(0), 10_000))
+        .await
+        .unwrap();
+    let done = wait_terminal(&stack, &["past-broken".into()], Duration::from_secs(30)).await;
+    let op = &done["past-broken"];
+    assert_eq!(op.state(), pb::OperationState::Confirmed, "{op:?}");
+    let Some(pb::operation::Signing::Solana(signing)) = &op.signing else {
+        panic!("{op:?}")
+    };
+    assert_eq!(signing.nonce_account, created[0]);
+}

@@ -189,11 +189,11 @@ impl Signer {
             }
             _ => None,
         };
-        let account = match held {
-            Some((account, _)) => Some(account),
-            None => self.free_nonce_account(op).await?,
+        let accounts = match held {
+            Some((account, _)) => Some(vec![account]),
+            None => self.free_nonce_accounts(op).await?,
         };
-        let Some(account) = account else {
+        let Some(accounts) = accounts else {
             // A first signature's is read at most once a second for all the signatures of the
             // cluster: its slot is then up to a second before this signature, which only asks
             // an endpoint's history to reach further back before "never landed" is believed.
@@ -204,7 +204,40 @@ impl Signer {
             };
             return Ok(Plan::Blockhash(latest.map_err(chain_error)?));
         };
-        let bytes = pubkey(&account).ok_or_else(|| Error::BadIntent {
+        // A first signature takes the first free account that is a nonce account of the key:
+        // one registered but closed, never made or handed over would hold every operation of
+        // the key while another sits free. An account held already is the operation's.
+        let mut accounts = accounts.into_iter().peekable();
+        while let Some(account) = accounts.next() {
+            match self.nonce_plan(op, rpc, number, &account).await {
+                Err(error @ (Error::NotSignable { .. } | Error::BadIntent { .. }))
+                    if accounts.peek().is_some() =>
+                {
+                    tracing::warn!(sigcast.op_id = %op.op_id, nonce_account = %account, %error, "nonce account passed over");
+                }
+                planned => return planned,
+            }
+        }
+        Err(Error::NotSignable {
+            op_id,
+            state: "waiting: no nonce account to sign with".into(),
+        })
+    }
+
+    /// The lifetime of attempt `number` over nonce account `account`, as it is on chain.
+    async fn nonce_plan(
+        &self,
+        op: &pb::Operation,
+        rpc: &SolanaRpc,
+        number: u32,
+        account: &str,
+    ) -> Result<Plan> {
+        let op_id = op.op_id.clone();
+        let chain_error = |source| Error::Chain {
+            op_id: op_id.clone(),
+            source,
+        };
+        let bytes = pubkey(account).ok_or_else(|| Error::BadIntent {
             op_id: op_id.clone(),
             reason: format!("nonce account {account:?} is not a base58 public key"),
         })?;
@@ -237,9 +270,10 @@ impl Signer {
         })
     }
 
-    /// A registered nonce account of the operation's key that no operation in flight holds;
-    /// `None` when the key has none registered. Checked again when it is taken.
-    async fn free_nonce_account(&self, op: &pb::Operation) -> Result<Option<String>> {
+    /// The registered nonce accounts of the operation's key that no operation in flight
+    /// holds, in key order; `None` when the key has none registered. Checked again when one
+    /// is taken.
+    async fn free_nonce_accounts(&self, op: &pb::Operation) -> Result<Option<Vec<String>>> {
         let root = self.store.root().clone();
         let cluster = op.chain.trim_start_matches("solana:").to_owned();
         let (authority, op_id) = (op.account.clone(), op.op_id.clone());
@@ -247,22 +281,23 @@ impl Signer {
             .store
             .read_async(move |tx| {
                 let registered = accounts::nonce_accounts(tx, &root, &cluster, &authority)?;
+                let mut free = Vec::new();
                 for account in &registered {
                     if holder_is_done(tx, &root, &cluster, account, &op_id)? {
-                        return Ok((registered.len(), Some(account.clone())));
+                        free.push(account.clone());
                     }
                 }
-                Ok((registered.len(), None))
+                Ok((registered.len(), free))
             })
             .await?;
         match (registered, free) {
             (0, _) => Ok(None),
-            (_, Some(account)) => Ok(Some(account)),
-            (count, None) => Err(Error::NonceAccountsBusy {
+            (count, free) if free.is_empty() => Err(Error::NonceAccountsBusy {
                 op_id: op.op_id.clone(),
                 account: op.account.clone(),
                 count,
             }),
+            (_, free) => Ok(Some(free)),
         }
     }
 

@@ -158,6 +158,24 @@ impl Drop for WatchPermit {
     }
 }
 
+/// What a page token carries of the filter it was issued for: another filter's token would
+/// resume a listing at a place that means nothing to it (an authenticated caller's listings
+/// all read one index, so the cursor alone does not tell).
+fn filter_tag(filter: &ListFilter) -> [u8; 8] {
+    use sha2::Digest;
+    let text = format!(
+        "{}\n{}\n{}\n{}",
+        filter.chain.as_deref().unwrap_or_default(),
+        filter.account.as_deref().unwrap_or_default(),
+        filter.state.map_or(-1, |state| state as i32),
+        filter.caller.as_deref().unwrap_or_default(),
+    );
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    let mut tag = [0; 8];
+    tag.copy_from_slice(&digest[..8]);
+    tag
+}
+
 impl Gateway {
     /// The store it answers from.
     pub(crate) fn store(&self) -> &Store {
@@ -477,7 +495,7 @@ impl Gateway {
                 0
             }
         };
-        let cursor = match request.page_token.as_str() {
+        let token = match request.page_token.as_str() {
             "" => None,
             token => hex::decode(token)
                 .map_err(|_| violation("page_token", "is not a token this service issued".into()))
@@ -492,6 +510,23 @@ impl Gateway {
             account,
             state,
             caller: Some(caller),
+        };
+        let tag = filter_tag(&filter);
+        let cursor = match token {
+            None => None,
+            Some(token) => match token.strip_prefix(tag.as_slice()) {
+                Some(cursor) => Some(cursor.to_vec()),
+                None => {
+                    return Err(Error::invalid(FieldViolation {
+                        field: "page_token".into(),
+                        rule: sigcast_domain::Rule(
+                            "was issued for another filter (or is not a token this service \
+                             issued): list again from the first page"
+                                .into(),
+                        ),
+                    }));
+                }
+            },
         };
         let root = self.store.root().clone();
         let max_bytes = self.max_list_bytes;
@@ -516,7 +551,10 @@ impl Gateway {
             })?;
         Ok(pb::ListOperationsResponse {
             operations: page.operations,
-            next_page_token: page.next_cursor.map(hex::encode).unwrap_or_default(),
+            next_page_token: page
+                .next_cursor
+                .map(|cursor| hex::encode([tag.as_slice(), &cursor].concat()))
+                .unwrap_or_default(),
         })
     }
 

@@ -474,3 +474,66 @@ async fn every_listener_holds_a_connection_to_the_configured_streams() {
         assert_eq!(allowed, 7, "{addr}");
     }
 }
+
+/// A page token carries the filter it was issued for: reused with another filter it is
+/// INVALID_ARGUMENT, whatever index the listing reads (an authenticated caller's listings all
+/// read one index, where a token of another filter once passed and resumed mid-way).
+#[tokio::test]
+async fn a_page_token_is_refused_under_another_filter() {
+    let rig = Rig::start_with(|config| {
+        config.allow_plaintext = true;
+        config.mesh = Some(sigcast_gateway::identity::MeshConfig {
+            sidecars: vec!["127.0.0.1".parse().unwrap()],
+            header: "x-forwarded-client-cert".into(),
+        });
+    })
+    .await;
+    fn as_a<T>(message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.metadata_mut().insert(
+            "x-forwarded-client-cert",
+            "URI=spiffe://t/a".parse().unwrap(),
+        );
+        request
+    }
+    let mut client = rig.client.clone();
+    for i in 0..3 {
+        client
+            .submit_operation(as_a(crate::transfer(&format!("op-{i}"), "1")))
+            .await
+            .unwrap();
+    }
+    let received = |page_token: String| pb::ListOperationsRequest {
+        state: pb::OperationState::Received.into(),
+        page_size: 1,
+        page_token,
+        ..Default::default()
+    };
+    let first = client
+        .list_operations(as_a(received(String::new())))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!first.next_page_token.is_empty());
+    // Under the filter it was issued for: the next page.
+    let next = client
+        .list_operations(as_a(received(first.next_page_token.clone())))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(next.operations[0].op_id, "op-1");
+    for other in [
+        pb::ListOperationsRequest {
+            state: pb::OperationState::Cancelled.into(),
+            ..received(first.next_page_token.clone())
+        },
+        pb::ListOperationsRequest {
+            chain: "eip155:31337".into(),
+            ..received(first.next_page_token.clone())
+        },
+    ] {
+        let status = client.list_operations(as_a(other)).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains("page_token"), "{status:?}");
+    }
+}

@@ -968,7 +968,8 @@ export declare type ListOperationsRequest = Message<"sigcast.v1.ListOperationsRe
   pageSize: number;
 
   /**
-   * From a previous response's `next_page_token`; empty for the first page.
+   * From a previous response's `next_page_token`; empty for the first page. Valid only with
+   * the filter (chain, account, state) it was issued for: another is INVALID_ARGUMENT.
    *
    * @generated from field: string page_token = 5;
    */

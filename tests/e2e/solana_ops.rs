@@ -574,4 +574,36 @@ async fn an_instruction_list_past_a_packet_is_refused_at_submit_or_by_the_signer
     assert_eq!(error.reason, "SIGNER_REFUSED", "{error:?}");
     assert!(error.message.contains("1254 bytes"), "{error:?}");
     assert!(op.attempts.is_empty(), "nothing signed: {op:?}");
+
+    // One past a packet on its own, recorded before the gateway refused such lists (an older
+    // release, a replica not upgraded yet): the signer refuses it too, and it ends.
+    let stored = list("recorded-before", 1_100);
+    let intent = sigcast_proto::intent_from_proto("intent", stored.intent.as_ref(), None).unwrap();
+    let store = sigcast_store::Store::open(&sigcast_store::StoreConfig::sqlite(
+        stack.dir.path().join("sigcast.db"),
+    ))
+    .unwrap();
+    let root = store.root().clone();
+    let record = sigcast_proto::new_operation(
+        &sigcast_domain::OpId::parse(&stored.op_id).unwrap(),
+        &intent,
+    );
+    store
+        .run(|tx| {
+            sigcast_store::operations::submit(
+                tx,
+                &root,
+                record.clone(),
+                std::time::SystemTime::now(),
+            )
+            .map(drop)
+        })
+        .unwrap();
+    let done = wait_terminal(&stack, &["recorded-before".into()], Duration::from_secs(30)).await;
+    let op = &done["recorded-before"];
+    assert_eq!(op.state(), pb::OperationState::Rejected, "{op:?}");
+    assert!(
+        op.error.as_ref().unwrap().message.contains("1314 bytes"),
+        "with the signer's priority fee: {op:?}"
+    );
 }

@@ -50,6 +50,23 @@ pub fn parse_op_id(field: &str, text: &str) -> Result<OpId, FieldViolation> {
     })
 }
 
+/// Whether an instruction list's transaction fits a Solana packet, named as `field` (the
+/// list's instructions) when it does not. A rule of what is submitted, not of what is
+/// stored: an operation accepted before is still signed or refused, cancelled, settled.
+pub fn fits_a_packet(field: &str, list: &SolanaInstructions) -> Result<(), FieldViolation> {
+    let bytes = list.least_transaction_bytes();
+    if bytes <= SOLANA_PACKET_BYTES {
+        return Ok(());
+    }
+    Err(FieldViolation {
+        field: field.to_owned(),
+        rule: Rule(format!(
+            "make a transaction of at least {bytes} bytes, more than the \
+             {SOLANA_PACKET_BYTES} of a Solana packet: no node would take it"
+        )),
+    })
+}
+
 /// Parses and validates a request's intent against the deployment's rules (`None`: its
 /// shape alone, any chain, cluster or call-data size, as a retry is matched against an
 /// operation accepted under the rules of its time). `field` is the intent's path in the
@@ -169,33 +186,15 @@ pub fn intent_from_proto(
                     .collect(),
                 None => Vec::new(),
             };
-            let built = (|| {
+            (|| {
                 cluster?;
                 count?;
-                Some(SolanaInstructions {
+                Some(Intent::SolanaInstructions(SolanaInstructions {
                     cluster: list.cluster.clone(),
                     fee_payer: fee_payer?,
                     instructions: instructions.into_iter().collect::<Option<_>>()?,
-                })
-            })();
-            // A deployment's rule, not the shape's: a retry of a list accepted before is
-            // still matched against its operation.
-            let fits = built
-                .as_ref()
-                .filter(|_| rules.is_some())
-                .map_or(Ok(()), |list| {
-                    let bytes = list.least_transaction_bytes();
-                    match bytes <= SOLANA_PACKET_BYTES {
-                        true => Ok(()),
-                        false => Err(Rule(format!(
-                            "make a transaction of at least {bytes} bytes, more than the \
-                         {SOLANA_PACKET_BYTES} of a Solana packet: no node would take it"
-                        ))),
-                    }
-                });
-            v.check(|| format!("{at}.instructions"), fits)
-                .and(built)
-                .map(Intent::SolanaInstructions)
+                }))
+            })()
         }
     };
     match parsed {

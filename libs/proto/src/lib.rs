@@ -9,7 +9,7 @@ mod convert;
 mod unix;
 
 pub use convert::{
-    FieldViolation, intent_from_proto, intent_to_proto, new_operation, parse_op_id,
+    FieldViolation, fits_a_packet, intent_from_proto, intent_to_proto, new_operation, parse_op_id,
     state_from_proto, state_to_proto,
 };
 

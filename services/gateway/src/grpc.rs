@@ -306,6 +306,10 @@ impl Gateway {
     ) -> Result<()> {
         intent_from_proto("intent", request.intent.as_ref(), Some(&self.rules))
             .map_err(Error::InvalidArgument)?;
+        if let Intent::SolanaInstructions(list) = intent {
+            sigcast_proto::fits_a_packet("intent.solana_instructions.instructions", list)
+                .map_err(|violation| Error::InvalidArgument(vec![violation]))?;
+        }
         if let Err(violation) = Callers(&self.callers).may_submit(caller, intent) {
             tracing::info!(sigcast.op_id = %op_id, ?caller, rule = %violation.0, "refused: caller not allowed");
             return Err(Error::CallerDenied { rule: violation.0 });
@@ -343,8 +347,8 @@ impl Gateway {
                 return Err(Error::InvalidArgument(violations));
             }
         };
-        // A caller refused here reads nothing from the store. One the callers table no longer
-        // names still has its own retries answered (below): refused, with "nothing was
+        // A caller without an identity reads nothing from the store. One the callers table no
+        // longer names still has its own retries answered (below): refused, with "nothing was
         // recorded", it might pay another way while its operation lands.
         self.identified(&caller)?;
         let fingerprint = intent.fingerprint().to_string();

@@ -144,12 +144,33 @@ async fn a_blockhash_is_read_only_from_an_endpoint_of_the_cluster() {
     )
     .unwrap()
     .expecting_cluster("localnet", Some(&node.genesis_hash()));
-    let latest = rpc.latest_blockhash().await.unwrap();
-    assert!(
-        latest.slot <= node.slot(),
-        "read at slot {} from the other cluster (its own node is at {}, the other at {})",
-        latest.slot,
-        node.slot(),
-        elsewhere.slot()
+    for _ in 0..3 {
+        let latest = rpc.latest_blockhash().await.unwrap();
+        assert!(
+            latest.slot <= node.slot(),
+            "read at slot {} from the other cluster (its own node is at {}, the other at {})",
+            latest.slot,
+            node.slot(),
+            elsewhere.slot()
+        );
+    }
+    // Its answers counted against it: the other cluster's endpoint is no longer asked first.
+    use sigcast_jsonrpc::Endpoint as _;
+    assert_eq!(
+        rpc.ranked_endpoints()[0].label(),
+        sigcast_jsonrpc::endpoint_label(&late.url)
     );
+
+    // A cluster named by no genesis hash, one of its endpoints down: until every endpoint
+    // answered alike, blockhashes are read as before the check, not refused.
+    let unpinned = sigcast_solana::SolanaRpc::new(
+        &[node.url.clone(), "http://127.0.0.1:1".into()],
+        Duration::from_secs(5),
+    )
+    .unwrap()
+    .expecting_cluster("localnet", None);
+    unpinned
+        .latest_blockhash()
+        .await
+        .expect("read while the cluster's genesis hash cannot be told");
 }

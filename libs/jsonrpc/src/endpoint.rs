@@ -65,6 +65,17 @@ impl PoolEndpoint<'_> {
     pub fn index(&self) -> usize {
         self.index
     }
+
+    /// One request whose answer `parse` must accept: one it refuses counts against the
+    /// endpoint's rank and in its metrics, as a malformed answer (see `RpcPool::read_as`).
+    pub async fn request_as<T>(
+        &self,
+        method: &str,
+        params: Value,
+        parse: impl FnOnce(Value) -> Result<T, Value>,
+    ) -> Result<T, RpcError> {
+        self.pool.call_as(self.index, method, &params, parse).await
+    }
 }
 
 impl Endpoint for PoolEndpoint<'_> {

@@ -131,7 +131,7 @@ impl RpcPool {
     /// One request to endpoint `index`, its answer read by `parse`. An answer that is not
     /// what `method` returns (`parse` fails) counts against the endpoint like no answer: a
     /// node that answers nonsense is as broken as one that does not answer.
-    async fn call_as<T>(
+    pub(crate) async fn call_as<T>(
         &self,
         index: usize,
         method: &str,

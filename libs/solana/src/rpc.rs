@@ -83,11 +83,20 @@ pub fn known_genesis_hash(cluster: &str) -> Option<&'static str> {
 /// heights and no trace of our signatures: taken as evidence, that reads as "expired, never
 /// landed", and a re-sign could apply an operation twice.
 #[derive(Debug, Default)]
-struct Genesis(std::sync::OnceLock<String>);
+struct Genesis(
+    std::sync::OnceLock<String>,
+    /// When pinning it last failed (an endpoint down, or endpoints that disagree): tried
+    /// again only [`PIN_AGAIN_AFTER`] later, not on every read.
+    std::sync::Mutex<Option<std::time::Instant>>,
+);
+
+/// How long after a failed pinning of the genesis hash reads go on without it.
+const PIN_AGAIN_AFTER: Duration = Duration::from_secs(10);
 
 impl SolanaRpc {
     /// Expects the endpoints to serve the cluster whose genesis hash is `configured`, else
-    /// the one [`known_genesis_hash`] gives for `cluster`, else the first one answered.
+    /// the one [`known_genesis_hash`] gives for `cluster`, else the one every endpoint answers
+    /// alike, once they all have.
     pub fn expecting_cluster(self, cluster: &str, configured: Option<&str>) -> Self {
         if let Some(hash) = configured.or_else(|| known_genesis_hash(cluster)) {
             let _ = self.1.0.set(hash.to_owned());
@@ -182,36 +191,55 @@ impl SolanaRpc {
         Ok(Self(RpcPool::new(urls, timeout)?, Genesis::default()))
     }
 
+    /// The genesis hash the cluster's endpoints must serve: configured, known by name, or
+    /// pinned once every endpoint answered alike; `None` while that cannot be told (pinning is
+    /// tried again [`PIN_AGAIN_AFTER`] a failure).
+    async fn expected_genesis(&self) -> Option<String> {
+        if let Some(pinned) = self.1.0.get() {
+            return Some(pinned.clone());
+        }
+        let failed = *self.1.1.lock().unwrap_or_else(|p| p.into_inner());
+        if failed.is_some_and(|at| at.elapsed() < PIN_AGAIN_AFTER) {
+            return None;
+        }
+        match self.agreed_genesis().await {
+            Some(agreed) => Some(self.1.0.get_or_init(|| agreed).clone()),
+            None => {
+                *self.1.1.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(std::time::Instant::now());
+                None
+            }
+        }
+    }
+
     /// A hedged read of `method` whose answer `parse` accepts, from an endpoint serving this
-    /// cluster only: another cluster's blockhash is valid nowhere on this one (the
-    /// transaction would never land, and its expiry is counted in another chain's heights),
-    /// and its nonce account is another account.
+    /// cluster: another cluster's blockhash is valid nowhere on this one (the transaction
+    /// would never land, and its expiry is counted in another chain's heights), and its nonce
+    /// account is another account. An endpoint of another cluster, or an answer `parse`
+    /// refuses, counts against the endpoint's rank. While the cluster's genesis hash cannot be
+    /// told (not configured, and an endpoint down before all answered alike), any endpoint is
+    /// read, as before the check: signing waits on no endpoint that is down.
     async fn read_of_cluster<T>(
         &self,
         method: &'static str,
         params: Value,
         parse: impl Fn(Value) -> std::result::Result<T, Value> + Copy,
     ) -> Result<T> {
-        use sigcast_jsonrpc::Endpoint as _;
-        let params = &params;
+        let expected = self.expected_genesis().await;
+        let (params, expected) = (&params, expected.as_deref());
         self.0
             .hedged(method, |endpoint| async move {
-                if !self.serves_cluster(&endpoint).await {
-                    return Err(RpcError::Malformed {
-                        endpoint: endpoint.label().to_owned(),
-                        message: "serves another cluster (its getGenesisHash), or none known \
-                                  yet: not read"
-                            .into(),
-                    });
+                if let Some(expected) = expected {
+                    endpoint
+                        .request_as("getGenesisHash", json!([]), |answered| {
+                            match answered.as_str() == Some(expected) {
+                                true => Ok(()),
+                                false => Err(answered),
+                            }
+                        })
+                        .await?;
                 }
-                let value = endpoint.request(method, params.clone()).await?;
-                parse(value).map_err(|value| RpcError::Malformed {
-                    endpoint: endpoint.label().to_owned(),
-                    message: format!(
-                        "{method} answered {}",
-                        sigcast_jsonrpc::quoted(&value.to_string())
-                    ),
-                })
+                endpoint.request_as(method, params.clone(), parse).await
             })
             .await
     }

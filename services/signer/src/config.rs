@@ -121,7 +121,7 @@ pub struct SolanaClusterConfig {
     pub max_compute_unit_price_micro_lamports: Option<u64>,
     /// The cluster's genesis hash (base58): an endpoint answering another never proves an
     /// attempt expired. Default: the known hash of mainnet-beta, devnet or testnet by name,
-    /// else the first one an endpoint answers.
+    /// else the one every endpoint answers alike, once they all have.
     #[serde(default)]
     pub genesis_hash: Option<String>,
 }

@@ -173,4 +173,21 @@ async fn a_blockhash_is_read_only_from_an_endpoint_of_the_cluster() {
         .latest_blockhash()
         .await
         .expect("read while the cluster's genesis hash cannot be told");
+
+    // Endpoints that answer different genesis hashes: one serves another cluster, and
+    // nothing they answer is taken until the hash is configured.
+    let disagreeing = sigcast_solana::SolanaRpc::new(
+        &[node.url.clone(), elsewhere.url.clone()],
+        Duration::from_secs(5),
+    )
+    .unwrap()
+    .expecting_cluster("localnet", None);
+    for _ in 0..2 {
+        let refused = disagreeing
+            .latest_blockhash()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("genesis_hash"), "{refused}");
+    }
 }

@@ -78,20 +78,43 @@ pub fn known_genesis_hash(cluster: &str) -> Option<&'static str> {
 
 /// The cluster an endpoint must serve for its answers to count: a genesis hash configured or
 /// known for the cluster's name, else the one every configured endpoint answers alike (until
-/// they all answer and agree, no endpoint's answers count).
+/// they all answer and agree, no endpoint's answers are evidence; blockhashes and nonce
+/// accounts are read from any while one has not answered, from none while they disagree).
 /// An endpoint of another cluster (a load balancer or a DNS name moved) shows other block
 /// heights and no trace of our signatures: taken as evidence, that reads as "expired, never
 /// landed", and a re-sign could apply an operation twice.
 #[derive(Debug, Default)]
 struct Genesis(
     std::sync::OnceLock<String>,
-    /// When pinning it last failed (an endpoint down, or endpoints that disagree): tried
-    /// again only [`PIN_AGAIN_AFTER`] later, not on every read.
-    std::sync::Mutex<Option<std::time::Instant>>,
+    /// When pinning it was last tried without success, and whether the endpoints answered
+    /// different hashes: tried again only [`PIN_AGAIN_AFTER`] later, not on every read.
+    std::sync::Mutex<Option<(std::time::Instant, bool)>>,
 );
 
-/// How long after a failed pinning of the genesis hash reads go on without it.
+/// How long after a pinning of the genesis hash that did not succeed it is tried again.
 const PIN_AGAIN_AFTER: Duration = Duration::from_secs(10);
+
+/// What the configured endpoints answer of their genesis hash, all asked at once.
+enum Agreement {
+    /// Every one the same.
+    Agreed(String),
+    /// Not every one the same: one serves another cluster.
+    Disagree,
+    /// Some did not answer.
+    Unknown,
+}
+
+/// The genesis hash reads of the cluster are checked against.
+enum Expected {
+    /// This one.
+    Hash(String),
+    /// None can be told yet (an endpoint did not answer): reads go unchecked, as before the
+    /// check, so that signing waits on no endpoint that is down.
+    Unknown,
+    /// The endpoints answer different hashes: one serves another cluster, and no read of
+    /// the cluster is taken until `genesis_hash` is configured.
+    Disagreement,
+}
 
 impl SolanaRpc {
     /// Expects the endpoints to serve the cluster whose genesis hash is `configured`, else
@@ -104,28 +127,63 @@ impl SolanaRpc {
         self
     }
 
-    /// The genesis hash every configured endpoint answers, if they all answer alike.
-    async fn agreed_genesis(&self) -> Option<String> {
+    /// What every configured endpoint answers of its genesis hash, all asked at once (one
+    /// that never answers costs one timeout, not one per endpoint).
+    async fn agreed_genesis(&self) -> Agreement {
+        let urls = self.0.urls();
+        let answers = futures::future::join_all(
+            urls.iter()
+                .map(|url| self.0.read_from(url, "getGenesisHash", json!([]))),
+        )
+        .await;
         let mut agreed: Option<String> = None;
-        for url in self.0.urls() {
-            let answered = self
-                .0
-                .read_from(url, "getGenesisHash", json!([]))
-                .await
-                .ok()?;
-            let answered = answered.as_str()?.to_owned();
+        for answer in answers {
+            let Some(answered) = answer.ok().and_then(|a| a.as_str().map(str::to_owned)) else {
+                return Agreement::Unknown;
+            };
             match &agreed {
                 Some(hash) if *hash != answered => {
                     tracing::error!(
                         "the cluster's endpoints answer different genesis hashes: configure \
-                         genesis_hash; until then no endpoint's answers are evidence"
+                         genesis_hash; until then nothing they answer is taken"
                     );
-                    return None;
+                    return Agreement::Disagree;
                 }
                 _ => agreed = Some(answered),
             }
         }
-        agreed
+        agreed.map_or(Agreement::Unknown, Agreement::Agreed)
+    }
+
+    /// The genesis hash reads of the cluster are checked against: configured, known by name,
+    /// or pinned once every endpoint answered alike; tried again [`PIN_AGAIN_AFTER`] a try
+    /// that did not pin it (the try's time is taken as it starts: concurrent reads do not
+    /// wait on it).
+    async fn expected_genesis(&self) -> Expected {
+        if let Some(pinned) = self.1.0.get() {
+            return Expected::Hash(pinned.clone());
+        }
+        {
+            let mut tried = self.1.1.lock().unwrap_or_else(|p| p.into_inner());
+            match *tried {
+                Some((at, disagreed)) if at.elapsed() < PIN_AGAIN_AFTER => {
+                    return match disagreed {
+                        true => Expected::Disagreement,
+                        false => Expected::Unknown,
+                    };
+                }
+                _ => *tried = Some((std::time::Instant::now(), false)),
+            }
+        }
+        match self.agreed_genesis().await {
+            Agreement::Agreed(agreed) => Expected::Hash(self.1.0.get_or_init(|| agreed).clone()),
+            Agreement::Disagree => {
+                *self.1.1.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some((std::time::Instant::now(), true));
+                Expected::Disagreement
+            }
+            Agreement::Unknown => Expected::Unknown,
+        }
     }
 
     /// Whether `endpoint` serves this cluster (its `getGenesisHash`, kept for a pass by a
@@ -140,7 +198,7 @@ impl SolanaRpc {
         let expected = match self.1.0.get() {
             Some(expected) => expected,
             None => {
-                let Some(agreed) = self.agreed_genesis().await else {
+                let Agreement::Agreed(agreed) = self.agreed_genesis().await else {
                     return false;
                 };
                 tracing::info!(genesis = %agreed, "cluster pinned to the genesis hash all its endpoints answer");
@@ -191,27 +249,6 @@ impl SolanaRpc {
         Ok(Self(RpcPool::new(urls, timeout)?, Genesis::default()))
     }
 
-    /// The genesis hash the cluster's endpoints must serve: configured, known by name, or
-    /// pinned once every endpoint answered alike; `None` while that cannot be told (pinning is
-    /// tried again [`PIN_AGAIN_AFTER`] a failure).
-    async fn expected_genesis(&self) -> Option<String> {
-        if let Some(pinned) = self.1.0.get() {
-            return Some(pinned.clone());
-        }
-        let failed = *self.1.1.lock().unwrap_or_else(|p| p.into_inner());
-        if failed.is_some_and(|at| at.elapsed() < PIN_AGAIN_AFTER) {
-            return None;
-        }
-        match self.agreed_genesis().await {
-            Some(agreed) => Some(self.1.0.get_or_init(|| agreed).clone()),
-            None => {
-                *self.1.1.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some(std::time::Instant::now());
-                None
-            }
-        }
-    }
-
     /// A hedged read of `method` whose answer `parse` accepts, from an endpoint serving this
     /// cluster: another cluster's blockhash is valid nowhere on this one (the transaction
     /// would never land, and its expiry is counted in another chain's heights), and its nonce
@@ -225,7 +262,16 @@ impl SolanaRpc {
         params: Value,
         parse: impl Fn(Value) -> std::result::Result<T, Value> + Copy,
     ) -> Result<T> {
-        let expected = self.expected_genesis().await;
+        let expected = match self.expected_genesis().await {
+            Expected::Hash(hash) => Some(hash),
+            Expected::Unknown => None,
+            Expected::Disagreement => {
+                return Err(sigcast_jsonrpc::Error::Shared(format!(
+                    "{method}: the cluster's endpoints answer different genesis hashes (one \
+                     serves another cluster): configure genesis_hash"
+                )));
+            }
+        };
         let (params, expected) = (&params, expected.as_deref());
         self.0
             .hedged(method, |endpoint| async move {

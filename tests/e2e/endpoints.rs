@@ -105,11 +105,14 @@ async fn a_chain_whose_endpoints_are_down_at_start_does_not_stop_the_signer_serv
     );
 }
 
-/// The best-ranked endpoint acknowledges every send and drops it (a full or private pool; an
-/// unstaked Solana RPC does the same): the operation must not wait on it for good. Each send
-/// of the same bytes goes to the next endpoint in turn, one endpoint per send.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sends_the_best_endpoint_acknowledges_and_drops_land_through_the_next() {
+/// One transfer from the first dev account through a broadcaster with two endpoints to the
+/// node: the first one faulted by `fault` (its proxy), the second answering 300 ms late (so
+/// that the first is ranked best). Returns the stack and the operation once terminal, which
+/// must be CONFIRMED by its first and only attempt.
+async fn one_transfer_past_a_faulty_first_endpoint(
+    op_id: &str,
+    fault: impl FnOnce(&FaultProxy),
+) -> (sigcast_e2e::Stack, sigcast_proto::pb::Operation) {
     use crate::evm::{DEV, recipient, transfer, wait_terminal};
     let stack = sigcast_e2e::Stack::start(sigcast_e2e::StackOptions {
         accounts: 1,
@@ -118,34 +121,41 @@ async fn sends_the_best_endpoint_acknowledges_and_drops_land_through_the_next() 
         ..Default::default()
     })
     .await;
-    let (first, second) = (
-        stack.proxy.as_ref().unwrap(),
-        stack.second_proxy.as_ref().unwrap(),
-    );
-    first.set_swallowing_sends(true);
+    fault(stack.proxy.as_ref().unwrap());
     stack
         .client()
         .await
-        .submit_operation(transfer("dropped", DEV[0], &recipient(0), 10_000))
+        .submit_operation(transfer(op_id, DEV[0], &recipient(0), 10_000))
         .await
         .unwrap();
-    let done = wait_terminal(&stack, &["dropped".into()], Duration::from_secs(30)).await;
-    let op = &done["dropped"];
+    let mut done = wait_terminal(&stack, &[op_id.into()], Duration::from_secs(30)).await;
+    let op = done.remove(op_id).unwrap();
     assert_eq!(
         op.state(),
         sigcast_proto::pb::OperationState::Confirmed,
         "{op:?}"
     );
-    assert_eq!(
-        op.attempts.len(),
-        1,
-        "the same bytes again, nothing new signed"
-    );
+    assert_eq!(op.attempts.len(), 1, "nothing new signed: {op:?}");
     assert!(
-        first.stats().sends >= 1,
-        "first sent to the best-ranked endpoint"
+        stack.proxy.as_ref().unwrap().stats().sends >= 1,
+        "sent to the best-ranked endpoint first"
     );
-    assert!(second.stats().sends >= 1, "then to the next");
+    (stack, op)
+}
+
+/// The best-ranked endpoint acknowledges every send and drops it (a full or private pool; an
+/// unstaked Solana RPC does the same): the operation must not wait on it for good. Each send
+/// of the same bytes goes to the next endpoint in turn, one endpoint per send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sends_the_best_endpoint_acknowledges_and_drops_land_through_the_next() {
+    let (stack, _) = one_transfer_past_a_faulty_first_endpoint("dropped", |first| {
+        first.set_swallowing_sends(true)
+    })
+    .await;
+    assert!(
+        stack.second_proxy.as_ref().unwrap().stats().sends >= 1,
+        "then to the next"
+    );
     let node = EvmRpc::new(
         std::slice::from_ref(&stack.anvil.url),
         Duration::from_secs(5),
@@ -154,7 +164,7 @@ async fn sends_the_best_endpoint_acknowledges_and_drops_land_through_the_next() 
     let count = node
         .read(
             "eth_getTransactionCount",
-            serde_json::json!([DEV[0], "latest"]),
+            serde_json::json!([crate::evm::DEV[0], "latest"]),
         )
         .await
         .unwrap();
@@ -163,35 +173,14 @@ async fn sends_the_best_endpoint_acknowledges_and_drops_land_through_the_next() 
 
 /// The best-ranked endpoint serves another chain for a while (a load balancer, a DNS name
 /// moved) and refuses the transaction for its chain id. That refusal is the endpoint's: the
-/// operation is valid on its own chain and must land there, not have its nonce filled and be
-/// REJECTED as never applied.
+/// operation is valid on its own chain and must land there, not have its nonce filled (a gap
+/// fill, a second attempt) and be REJECTED as never applied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_refusal_for_another_chain_s_id_is_the_endpoint_s_and_the_operation_lands() {
-    use crate::evm::{DEV, recipient, transfer, wait_terminal};
-    let stack = sigcast_e2e::Stack::start(sigcast_e2e::StackOptions {
-        accounts: 1,
-        faults: Some((0.0, 0)),
-        second_endpoint_lag: Some(Duration::from_millis(300)),
-        ..Default::default()
+    one_transfer_past_a_faulty_first_endpoint("misrouted", |first| {
+        first.set_refusing_sends(Some("invalid chain id for signer: have 1 want 31337"))
     })
     .await;
-    let first = stack.proxy.as_ref().unwrap();
-    first.set_refusing_sends(Some("invalid chain id for signer: have 1 want 31337"));
-    stack
-        .client()
-        .await
-        .submit_operation(transfer("misrouted", DEV[0], &recipient(0), 10_000))
-        .await
-        .unwrap();
-    let done = wait_terminal(&stack, &["misrouted".into()], Duration::from_secs(30)).await;
-    let op = &done["misrouted"];
-    assert_eq!(
-        op.state(),
-        sigcast_proto::pb::OperationState::Confirmed,
-        "{op:?}"
-    );
-    assert_eq!(op.attempts.len(), 1, "no gap fill, nothing new signed");
-    assert!(first.stats().sends >= 1, "refused there first");
 }
 
 /// An endpoint of the signer moves to another chain after the start (a DNS name moved, a load

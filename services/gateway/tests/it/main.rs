@@ -84,6 +84,25 @@ impl Drop for Rig {
     }
 }
 
+/// Callers identified by the mesh's forwarded header, sent from this host (a sidecar's place).
+pub(crate) fn behind_a_mesh(config: &mut Config) {
+    config.allow_plaintext = true;
+    config.mesh = Some(sigcast_gateway::identity::MeshConfig {
+        sidecars: vec!["127.0.0.1".parse().unwrap()],
+        header: "x-forwarded-client-cert".into(),
+    });
+}
+
+/// `message` as the mesh-forwarded identity `uri` sends it.
+pub(crate) fn as_caller<T>(uri: &str, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(
+        "x-forwarded-client-cert",
+        format!("URI={uri}").parse().unwrap(),
+    );
+    request
+}
+
 pub(crate) const ALICE: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
 pub(crate) const BOB: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 

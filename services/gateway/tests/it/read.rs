@@ -480,26 +480,15 @@ async fn every_listener_holds_a_connection_to_the_configured_streams() {
 /// read one index, where a token of another filter once passed and resumed mid-way).
 #[tokio::test]
 async fn a_page_token_is_refused_under_another_filter() {
-    let rig = Rig::start_with(|config| {
-        config.allow_plaintext = true;
-        config.mesh = Some(sigcast_gateway::identity::MeshConfig {
-            sidecars: vec!["127.0.0.1".parse().unwrap()],
-            header: "x-forwarded-client-cert".into(),
-        });
-    })
-    .await;
-    fn as_a<T>(message: T) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
-        request.metadata_mut().insert(
-            "x-forwarded-client-cert",
-            "URI=spiffe://t/a".parse().unwrap(),
-        );
-        request
-    }
+    let rig = Rig::start_with(crate::behind_a_mesh).await;
+    const A: &str = "spiffe://t/a";
     let mut client = rig.client.clone();
     for i in 0..3 {
         client
-            .submit_operation(as_a(crate::transfer(&format!("op-{i}"), "1")))
+            .submit_operation(crate::as_caller(
+                A,
+                crate::transfer(&format!("op-{i}"), "1"),
+            ))
             .await
             .unwrap();
     }
@@ -510,14 +499,14 @@ async fn a_page_token_is_refused_under_another_filter() {
         ..Default::default()
     };
     let first = client
-        .list_operations(as_a(received(String::new())))
+        .list_operations(crate::as_caller(A, received(String::new())))
         .await
         .unwrap()
         .into_inner();
     assert!(!first.next_page_token.is_empty());
     // Under the filter it was issued for: the next page.
     let next = client
-        .list_operations(as_a(received(first.next_page_token.clone())))
+        .list_operations(crate::as_caller(A, received(first.next_page_token.clone())))
         .await
         .unwrap()
         .into_inner();
@@ -532,7 +521,10 @@ async fn a_page_token_is_refused_under_another_filter() {
             ..received(first.next_page_token.clone())
         },
     ] {
-        let status = client.list_operations(as_a(other)).await.unwrap_err();
+        let status = client
+            .list_operations(crate::as_caller(A, other))
+            .await
+            .unwrap_err();
         assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
         assert!(status.message().contains("page_token"), "{status:?}");
     }

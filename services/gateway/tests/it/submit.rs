@@ -583,14 +583,9 @@ async fn submit_as(
     uri: &str,
     request: pb::SubmitOperationRequest,
 ) -> Result<pb::SubmitOperationResponse, tonic::Status> {
-    let mut request = tonic::Request::new(request);
-    request.metadata_mut().insert(
-        "x-forwarded-client-cert",
-        format!("URI={uri}").parse().unwrap(),
-    );
     rig.client
         .clone()
-        .submit_operation(request)
+        .submit_operation(crate::as_caller(uri, request))
         .await
         .map(tonic::Response::into_inner)
 }
@@ -602,11 +597,7 @@ async fn submit_as(
 #[tokio::test]
 async fn another_caller_s_op_id_is_said_taken_only_for_an_intent_the_caller_may_submit() {
     let rig = Rig::start_with(|config| {
-        config.allow_plaintext = true;
-        config.mesh = Some(sigcast_gateway::identity::MeshConfig {
-            sidecars: vec!["127.0.0.1".parse().unwrap()],
-            header: "x-forwarded-client-cert".into(),
-        });
+        crate::behind_a_mesh(config);
         config.policies = vec![sigcast_domain::policy::KeyPolicy {
             account: ALICE.into(),
             max_value_wei: "100".into(),
@@ -657,11 +648,7 @@ async fn another_caller_s_op_id_is_said_taken_only_for_an_intent_the_caller_may_
 #[tokio::test]
 async fn a_call_without_an_identity_is_unauthenticated() {
     let rig = Rig::start_with(|config| {
-        config.allow_plaintext = true;
-        config.mesh = Some(sigcast_gateway::identity::MeshConfig {
-            sidecars: vec!["127.0.0.1".parse().unwrap()],
-            header: "x-forwarded-client-cert".into(),
-        });
+        crate::behind_a_mesh(config);
     })
     .await;
     let before = rig.snapshot();
@@ -707,10 +694,6 @@ async fn a_call_without_an_identity_is_unauthenticated() {
 /// nothing.
 #[tokio::test]
 async fn a_caller_taken_out_of_the_table_has_its_retry_answered_and_nothing_else() {
-    let mesh = || sigcast_gateway::identity::MeshConfig {
-        sidecars: vec!["127.0.0.1".parse().unwrap()],
-        header: "x-forwarded-client-cert".into(),
-    };
     let rule = |identity: &str| sigcast_domain::callers::CallerRule {
         identity: identity.into(),
         accounts: vec!["*".into()],
@@ -720,8 +703,7 @@ async fn a_caller_taken_out_of_the_table_has_its_retry_answered_and_nothing_else
     };
     let (a, b) = ("spiffe://t/a", "spiffe://t/b");
     let then = Rig::start_with(|config| {
-        config.allow_plaintext = true;
-        config.mesh = Some(mesh());
+        crate::behind_a_mesh(config);
         config.callers = vec![rule(a), rule(b)];
     })
     .await;
@@ -730,8 +712,7 @@ async fn a_caller_taken_out_of_the_table_has_its_retry_answered_and_nothing_else
     let store = then.config.store.clone();
     let now = Rig::start_with(move |config| {
         config.store = store;
-        config.allow_plaintext = true;
-        config.mesh = Some(mesh());
+        crate::behind_a_mesh(config);
         config.callers = vec![rule(b)];
     })
     .await;

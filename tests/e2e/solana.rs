@@ -190,4 +190,17 @@ async fn a_blockhash_is_read_only_from_an_endpoint_of_the_cluster() {
             .to_string();
         assert!(refused.contains("genesis_hash"), "{refused}");
     }
+    // Beside an endpoint that does not answer (the first configured): still a disagreement.
+    let one_down = sigcast_solana::SolanaRpc::new(
+        &[
+            "http://127.0.0.1:1".into(),
+            node.url.clone(),
+            elsewhere.url.clone(),
+        ],
+        Duration::from_secs(5),
+    )
+    .unwrap()
+    .expecting_cluster("localnet", None);
+    let refused = one_down.latest_blockhash().await.unwrap_err().to_string();
+    assert!(refused.contains("genesis_hash"), "{refused}");
 }

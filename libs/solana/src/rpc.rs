@@ -136,23 +136,29 @@ impl SolanaRpc {
                 .map(|url| self.0.read_from(url, "getGenesisHash", json!([]))),
         )
         .await;
-        let mut agreed: Option<String> = None;
+        // Every hash answered, whatever failed: two that differ are a disagreement even
+        // beside an endpoint that did not answer (or answered no hash).
+        let mut answered = std::collections::BTreeSet::new();
+        let mut unanswered = false;
         for answer in answers {
-            let Some(answered) = answer.ok().and_then(|a| a.as_str().map(str::to_owned)) else {
-                return Agreement::Unknown;
-            };
-            match &agreed {
-                Some(hash) if *hash != answered => {
-                    tracing::error!(
-                        "the cluster's endpoints answer different genesis hashes: configure \
-                         genesis_hash; until then nothing they answer is taken"
-                    );
-                    return Agreement::Disagree;
+            match answer.ok().as_ref().and_then(Value::as_str) {
+                Some(hash) if is_genesis_hash(hash) => {
+                    answered.insert(hash.to_owned());
                 }
-                _ => agreed = Some(answered),
+                _ => unanswered = true,
             }
         }
-        agreed.map_or(Agreement::Unknown, Agreement::Agreed)
+        if answered.len() > 1 {
+            tracing::error!(
+                "the cluster's endpoints answer different genesis hashes: configure \
+                 genesis_hash; until then nothing they answer is taken"
+            );
+            return Agreement::Disagree;
+        }
+        match answered.pop_first() {
+            Some(hash) if !unanswered => Agreement::Agreed(hash),
+            _ => Agreement::Unknown,
+        }
     }
 
     /// The genesis hash reads of the cluster are checked against: configured, known by name,
@@ -163,18 +169,20 @@ impl SolanaRpc {
         if let Some(pinned) = self.1.0.get() {
             return Expected::Hash(pinned.clone());
         }
-        {
+        // A disagreement once seen stands until every endpoint answers alike: while one of
+        // them does not answer, the one that does may be the other cluster's.
+        let disagreed = {
             let mut tried = self.1.1.lock().unwrap_or_else(|p| p.into_inner());
-            match *tried {
-                Some((at, disagreed)) if at.elapsed() < PIN_AGAIN_AFTER => {
-                    return match disagreed {
-                        true => Expected::Disagreement,
-                        false => Expected::Unknown,
-                    };
-                }
-                _ => *tried = Some((std::time::Instant::now(), false)),
+            let disagreed = tried.is_some_and(|(_, disagreed)| disagreed);
+            if tried.is_some_and(|(at, _)| at.elapsed() < PIN_AGAIN_AFTER) {
+                return match disagreed {
+                    true => Expected::Disagreement,
+                    false => Expected::Unknown,
+                };
             }
-        }
+            *tried = Some((std::time::Instant::now(), disagreed));
+            disagreed
+        };
         match self.agreed_genesis().await {
             Agreement::Agreed(agreed) => Expected::Hash(self.1.0.get_or_init(|| agreed).clone()),
             Agreement::Disagree => {
@@ -182,6 +190,7 @@ impl SolanaRpc {
                     Some((std::time::Instant::now(), true));
                 Expected::Disagreement
             }
+            Agreement::Unknown if disagreed => Expected::Disagreement,
             Agreement::Unknown => Expected::Unknown,
         }
     }

@@ -204,3 +204,25 @@ async fn a_blockhash_is_read_only_from_an_endpoint_of_the_cluster() {
     let refused = one_down.latest_blockhash().await.unwrap_err().to_string();
     assert!(refused.contains("genesis_hash"), "{refused}");
 }
+
+/// While a cluster's genesis hash cannot be pinned (an endpoint down), the broadcaster's
+/// check of each endpoint asks the others again at most once a try period, not at every
+/// check: a pass checks every operation, and each check asked every endpoint (and waited on
+/// one that never answers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unpinned_cluster_is_not_asked_for_its_genesis_at_every_check() {
+    let node = SolanaNode::start(Duration::from_millis(20)).await;
+    let counted = sigcast_e2e::FaultProxy::start(node.addr, 0.0, 0, Duration::ZERO).await;
+    let rpc = sigcast_solana::SolanaRpc::new(
+        &[counted.url.clone(), "http://127.0.0.1:1".into()],
+        Duration::from_secs(5),
+    )
+    .unwrap()
+    .expecting_cluster("localnet", None);
+    let endpoint = rpc.ranked_endpoints().remove(0);
+    for _ in 0..5 {
+        assert!(!rpc.serves_cluster(&endpoint).await, "nothing pinned yet");
+    }
+    // Each check asks the endpoint itself once; the endpoints were asked all together once.
+    assert_eq!(counted.stats().forwarded, 5 + 1);
+}

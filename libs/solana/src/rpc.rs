@@ -184,7 +184,10 @@ impl SolanaRpc {
             disagreed
         };
         match self.agreed_genesis().await {
-            Agreement::Agreed(agreed) => Expected::Hash(self.1.0.get_or_init(|| agreed).clone()),
+            Agreement::Agreed(agreed) => {
+                tracing::info!(genesis = %agreed, "cluster pinned to the genesis hash all its endpoints answer");
+                Expected::Hash(self.1.0.get_or_init(|| agreed).clone())
+            }
             Agreement::Disagree => {
                 *self.1.1.lock().unwrap_or_else(|p| p.into_inner()) =
                     Some((std::time::Instant::now(), true));
@@ -204,15 +207,9 @@ impl SolanaRpc {
         let Some(answered) = value.as_str() else {
             return false;
         };
-        let expected = match self.1.0.get() {
-            Some(expected) => expected,
-            None => {
-                let Agreement::Agreed(agreed) = self.agreed_genesis().await else {
-                    return false;
-                };
-                tracing::info!(genesis = %agreed, "cluster pinned to the genesis hash all its endpoints answer");
-                self.1.0.get_or_init(|| agreed)
-            }
+        // Pinned, or tried again at most once a try period: a pass checks every operation.
+        let Expected::Hash(expected) = self.expected_genesis().await else {
+            return false;
         };
         if expected != answered {
             tracing::warn!(

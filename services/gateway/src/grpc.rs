@@ -295,17 +295,19 @@ impl Gateway {
         self
     }
 
-    /// Whether this gateway may create `intent` for `caller`: a chain and sizes it serves,
-    /// what the callers table allows `caller`, what the key's policy allows.
+    /// Whether this gateway may create `intent` for `caller`: a chain and sizes it serves
+    /// (`unserved`: what its rules refused of the request), what the callers table allows
+    /// `caller`, what the key's policy allows.
     fn may_create(
         &self,
         caller: &str,
         op_id: &OpId,
-        request: &pb::SubmitOperationRequest,
         intent: &Intent,
+        unserved: Option<Vec<FieldViolation>>,
     ) -> Result<()> {
-        intent_from_proto("intent", request.intent.as_ref(), Some(&self.rules))
-            .map_err(Error::InvalidArgument)?;
+        if let Some(violations) = unserved {
+            return Err(Error::InvalidArgument(violations));
+        }
         if let Intent::SolanaInstructions(list) = intent {
             sigcast_proto::fits_a_packet("intent.solana_instructions.instructions", list)
                 .map_err(|violation| Error::InvalidArgument(vec![violation]))?;
@@ -335,15 +337,22 @@ impl Gateway {
         // served, the callers table, key policies) may have changed since, on this replica or
         // another; they bound what it creates. A retry refused by them, with "nothing was
         // recorded", would have its caller pay another way while the operation lands.
+        // Read once under this gateway's rules; only an intent they refuse is read again for
+        // its shape alone, which a retry is matched by (`unserved`: the refusal, for a create).
         let op_id = parse_op_id("op_id", &request.op_id);
-        let shape = intent_from_proto("intent", request.intent.as_ref(), None);
+        let (shape, unserved) =
+            match intent_from_proto("intent", request.intent.as_ref(), Some(&self.rules)) {
+                Ok(intent) => (Ok(intent), None),
+                Err(refused) => match intent_from_proto("intent", request.intent.as_ref(), None) {
+                    Ok(intent) => (Ok(intent), Some(refused)),
+                    Err(_) => (Err(refused), None),
+                },
+            };
         let (op_id, intent) = match (op_id, shape) {
             (Ok(op_id), Ok(intent)) => (op_id, intent),
-            (op_id, _) => {
+            (op_id, shape) => {
                 let mut violations: Vec<FieldViolation> = op_id.err().into_iter().collect();
-                let served =
-                    intent_from_proto("intent", request.intent.as_ref(), Some(&self.rules));
-                violations.extend(served.err().unwrap_or_default());
+                violations.extend(shape.err().or(unserved).unwrap_or_default());
                 return Err(Error::InvalidArgument(violations));
             }
         };
@@ -368,7 +377,7 @@ impl Gateway {
             // Another caller's op_id is said to be taken only for an intent this caller may
             // submit: its refusal tells nothing of whether the op_id exists.
             existing => {
-                self.may_create(&caller, &op_id, &request, &intent)?;
+                self.may_create(&caller, &op_id, &intent, unserved)?;
                 if existing.is_some() {
                     return Err(Error::OpIdTaken(op_id.to_string()));
                 }

@@ -374,13 +374,8 @@ mod tests {
     /// call-data size, each its own fingerprint; a malformed field is still refused.
     #[test]
     fn the_shape_alone_admits_what_a_deployment_does_not_serve() {
-        let intents = [
-            Kind::EvmTransfer(pb::EvmTransfer {
-                chain_id: 1,
-                from: "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266".into(),
-                to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8".into(),
-                value_wei: "1".into(),
-            }),
+        // Past the default call-data limit, on a chain the defaults do not serve.
+        let large_call = || {
             Kind::EvmContractCall(pb::EvmContractCall {
                 chain_id: 5,
                 from: "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266".into(),
@@ -388,7 +383,16 @@ mod tests {
                 data: vec![1; 128 * 1024 + 1],
                 value_wei: String::new(),
                 gas_limit: None,
+            })
+        };
+        let intents = [
+            Kind::EvmTransfer(pb::EvmTransfer {
+                chain_id: 1,
+                from: "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266".into(),
+                to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8".into(),
+                value_wei: "1".into(),
             }),
+            large_call(),
             Kind::SolanaTransfer(pb::SolanaTransfer {
                 cluster: "devnet".into(),
                 from: "4Nd1mBQtrMJVYVfKf2PJy9NZUZdTAsp7D4xWLs4gDB4T".into(),
@@ -419,14 +423,7 @@ mod tests {
         let mut large = rules();
         large.evm_chain_ids.insert(5);
         let call = pb::Intent {
-            kind: Some(Kind::EvmContractCall(pb::EvmContractCall {
-                chain_id: 5,
-                from: "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266".into(),
-                to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8".into(),
-                data: vec![1; 128 * 1024 + 1],
-                value_wei: String::new(),
-                gas_limit: None,
-            })),
+            kind: Some(large_call()),
         };
         assert_eq!(
             fields(intent_from_proto("intent", Some(&call), Some(&large))),

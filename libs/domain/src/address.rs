@@ -26,7 +26,7 @@ impl EvmAddress {
         let address = Self(bytes);
         let has_lower = digits.bytes().any(|b| b.is_ascii_lowercase());
         let has_upper = digits.bytes().any(|b| b.is_ascii_uppercase());
-        if has_lower && has_upper && address.to_string() != text {
+        if has_lower && has_upper && address.checksummed()[2..] != *digits.as_bytes() {
             return Err(Rule::new(
                 "has an invalid EIP-55 checksum (check the letter case)",
             ));
@@ -38,6 +38,27 @@ impl EvmAddress {
     pub fn as_bytes(&self) -> &[u8; 20] {
         &self.0
     }
+
+    /// `0x` and the 40 hex digits, each letter upper case where the Keccak-256 hash of the
+    /// lower-case digits has a nibble of 8 or more (EIP-55). Built in place: a replayed
+    /// submit checks two of these, and a string and a write per digit were most of its
+    /// intent's parsing.
+    fn checksummed(&self) -> [u8; 42] {
+        let mut text = [0u8; 42];
+        text[..2].copy_from_slice(b"0x");
+        hex::encode_to_slice(self.0, &mut text[2..]).expect("40 digits for 20 bytes");
+        let mut hash = [0u8; 32];
+        let mut keccak = Keccak::v256();
+        keccak.update(&text[2..]);
+        keccak.finalize(&mut hash);
+        for (i, digit) in text[2..].iter_mut().enumerate() {
+            let nibble = (hash[i / 2] >> if i % 2 == 0 { 4 } else { 0 }) & 0x0f;
+            if nibble >= 8 {
+                digit.make_ascii_uppercase();
+            }
+        }
+        text
+    }
 }
 
 impl From<[u8; 20]> for EvmAddress {
@@ -48,21 +69,8 @@ impl From<[u8; 20]> for EvmAddress {
 
 impl std::fmt::Display for EvmAddress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let lower = hex::encode(self.0);
-        let mut hash = [0u8; 32];
-        let mut keccak = Keccak::v256();
-        keccak.update(lower.as_bytes());
-        keccak.finalize(&mut hash);
-        f.write_str("0x")?;
-        for (i, c) in lower.chars().enumerate() {
-            let nibble = (hash[i / 2] >> if i % 2 == 0 { 4 } else { 0 }) & 0x0f;
-            if c.is_ascii_alphabetic() && nibble >= 8 {
-                write!(f, "{}", c.to_ascii_uppercase())?;
-            } else {
-                write!(f, "{c}")?;
-            }
-        }
-        Ok(())
+        let text = self.checksummed();
+        f.write_str(std::str::from_utf8(&text).map_err(|_| std::fmt::Error)?)
     }
 }
 

@@ -35,7 +35,9 @@ fn run_small_load(chain: &[&str]) {
     for line in [
         "| operations / accounts / concurrency | 40 / 2 / 8 |",
         "ratio sigcast / baseline",
-        "ratio replay / health",
+        "ratio replay / health** (again, from memory)",
+        "ratio replay / health** (first, from the store)",
+        "gateway reads of one operation, from memory / from the store",
         "peak RSS gateway / signer / broadcaster",
     ] {
         assert!(report.contains(line), "{line} in:\n{report}");

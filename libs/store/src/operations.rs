@@ -108,7 +108,9 @@ fn domain_state(root: &Subspace, op: &pb::Operation) -> Result<OperationState> {
 /// Writes an operation and keeps its index entries in step with `previous`, the version
 /// read in the same transaction. Sets `revision` and `update_time`. A change of state the
 /// lifecycle forbids (out of a terminal state, or skipping a step) is refused here, whoever
-/// asks for it.
+/// asks for it. So a terminal record is never written again, by this or any other code: the
+/// gateway answers replays of finished operations from memory on that ground (a migration
+/// that rewrote terminal records would have to clear it, i.e. restart the gateways).
 pub fn put(
     tx: &mut dyn KvTransaction,
     root: &Subspace,

@@ -26,6 +26,9 @@ pub struct Metrics {
     registry: Registry,
     /// Submits by result: created, replayed, conflict, invalid, denied.
     pub submits: Family<Labels, Counter>,
+    /// The gateway's reads of one operation (a submit's lookup, Get, a watch's poll), by
+    /// where they were answered: its memory of finished operations, or the store.
+    pub operation_reads: Family<Labels, Counter>,
     /// Operations entering a state (recorded by the service that moves them).
     pub transitions: Family<Labels, Counter>,
     /// Operations in flight by state (RECEIVED, SIGNED, SENT), as the broadcaster last saw them
@@ -87,6 +90,7 @@ impl Metrics {
         let metrics = Self {
             registry: Registry::default(),
             submits: Family::default(),
+            operation_reads: Family::default(),
             transitions: Family::default(),
             in_flight: Family::default(),
             attempts: Family::default(),
@@ -128,6 +132,11 @@ impl Metrics {
             "submits",
             "SubmitOperation calls by result",
             m.submits.clone(),
+        );
+        registry.register(
+            "operation_reads",
+            "Reads of one operation by the gateway, by where they were answered",
+            m.operation_reads.clone(),
         );
         registry.register(
             "operation_transitions",

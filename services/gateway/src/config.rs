@@ -92,6 +92,10 @@ pub struct LimitsConfig {
     /// Largest ListOperations response, in bytes of operations: a page of large records ends
     /// early, with a token to the rest.
     pub max_list_response_bytes: usize,
+    /// Memory for finished operations, in bytes of their records: a caller's replay of its
+    /// own operation read here finished before is answered without the store (a terminal
+    /// record never changes). About 0.9 KB each for an EVM transfer; 0 keeps none.
+    pub finished_operations_bytes: usize,
 }
 
 impl Default for Config {
@@ -139,6 +143,7 @@ impl Default for LimitsConfig {
             max_watches: 10_000,
             // Under the 4 MiB that gRPC clients accept by default, with room for the token.
             max_list_response_bytes: 3_584 * 1024,
+            finished_operations_bytes: 32 * 1024 * 1024,
         }
     }
 }

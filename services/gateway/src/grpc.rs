@@ -1,6 +1,7 @@
 //! gRPC handlers: protobuf in, domain decisions through the store, protobuf out.
 
 use crate::error::{Error, Result, state_name};
+use crate::finished::FinishedOperations;
 use crate::identity::MeshConfig;
 use sigcast_domain::callers::{CallerRule, Callers};
 use sigcast_domain::{Chain, EvmAddress, Intent, IntentRules, OpId, SolanaPubkey};
@@ -45,6 +46,8 @@ pub struct Gateway {
     max_list_bytes: usize,
     /// Whether the store takes writes, as health reports it.
     store_health: StoreHealth,
+    /// Finished operations read before, answered without the store.
+    finished: std::sync::Arc<FinishedOperations>,
 }
 
 /// The health service name that tells whether the store takes writes. The gateway's own
@@ -208,6 +211,9 @@ impl Gateway {
             }),
             max_list_bytes: usize::MAX,
             store_health: StoreHealth::default(),
+            finished: std::sync::Arc::new(FinishedOperations::new(
+                crate::config::LimitsConfig::default().finished_operations_bytes,
+            )),
         }
     }
 
@@ -228,6 +234,8 @@ impl Gateway {
             ..Default::default()
         });
         self.max_list_bytes = limits.max_list_response_bytes;
+        self.finished =
+            std::sync::Arc::new(FinishedOperations::new(limits.finished_operations_bytes));
         self
     }
 
@@ -363,13 +371,16 @@ impl Gateway {
         let fingerprint = intent.fingerprint().to_string();
         let root = self.store.root().clone();
 
-        // A replay is answered from one snapshot read, without taking the write lock.
-        let lookup_id = op_id.to_string();
-        let lookup_root = root.clone();
-        let existing = self
-            .store
-            .read_point(move |tx| operations::get(tx, &lookup_root, &lookup_id))
-            .await?;
+        // A replay is answered from one snapshot read, without taking the write lock; a
+        // replay of the caller's own finished operation, read before, from memory.
+        let op_id_text = op_id.to_string();
+        let existing = match self.finished.get(&op_id_text, &caller) {
+            Some(finished) => {
+                read_from(READ_FROM[0]);
+                Some(finished)
+            }
+            None => self.stored(&op_id_text).await?,
+        };
         let outcome = match existing {
             Some(stored) if stored.caller == caller => {
                 operations::classify_submit(stored, &fingerprint)
@@ -446,13 +457,26 @@ impl Gateway {
         if !any_caller {
             self.may_read(caller)?;
         }
-        let root = self.store.root().clone();
-        let id = op_id.clone();
-        self.store
-            .read_point(move |tx| operations::get(tx, &root, &id))
+        self.stored(&op_id)
             .await?
             .filter(|op| any_caller || op.caller == caller)
             .ok_or(Error::NotFound(op_id))
+    }
+
+    /// The operation `op_id` as stored; a finished one is kept in memory for its replays.
+    /// Whose it is, the caller checks.
+    async fn stored(&self, op_id: &str) -> Result<Option<pb::Operation>> {
+        let root = self.store.root().clone();
+        let id = op_id.to_owned();
+        let stored = self
+            .store
+            .read_point(move |tx| operations::get(tx, &root, &id))
+            .await?;
+        read_from(READ_FROM[1]);
+        if let Some(op) = &stored {
+            self.finished.keep(op);
+        }
+        Ok(stored)
     }
 
     async fn list(
@@ -631,6 +655,14 @@ type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchOperationResponse, 
 pub(crate) const SUBMIT_RESULTS: [&str; 6] = [
     "created", "replayed", "conflict", "invalid", "denied", "failed",
 ];
+
+/// Where a read of one operation is answered (`operation_reads_total{from}`): the gateway's
+/// memory of finished operations (a replay's only), or the store.
+pub(crate) const READ_FROM: [&str; 2] = ["finished", "store"];
+
+fn read_from(from: &'static str) {
+    metrics::inc(&metrics::metrics().operation_reads, &[("from", from)]);
+}
 
 #[tonic::async_trait]
 impl OperationService for Gateway {

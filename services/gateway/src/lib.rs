@@ -7,6 +7,7 @@
 pub mod config;
 mod deadline;
 mod error;
+mod finished;
 mod grpc;
 pub mod identity;
 mod operator;
@@ -247,6 +248,9 @@ fn declare_metrics() {
     }
     for state in ["RECEIVED", "CANCELLED"] {
         declare(&m.transitions, &[("state", state)]);
+    }
+    for from in grpc::READ_FROM {
+        declare(&m.operation_reads, &[("from", from)]);
     }
 }
 

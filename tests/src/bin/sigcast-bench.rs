@@ -570,6 +570,45 @@ fn since(
 /// (`--stored`, all confirmed) are not read at each poll: listing every operation each second
 /// took the cores the run is measuring. That every one of the run's operations is CONFIRMED
 /// with success is checked at the end, one by one.
+/// Each of `replays` submitted, one at a time, beside as many gRPC health checks on the same
+/// gateway, both over one connection of their own (so that neither carries the state of
+/// another): the sorted latencies of each.
+async fn replays_beside_health(
+    gateway: std::net::SocketAddr,
+    replays: impl Iterator<Item = pb::SubmitOperationRequest>,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let mut replay = Vec::new();
+    let mut health = Vec::new();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{gateway}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health_client = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    let mut replay_client = OperationServiceClient::new(channel);
+    // Each request is made before its timer starts, as the health check's is.
+    for request in replays {
+        let t = Instant::now();
+        let replayed = replay_client
+            .submit_operation(request)
+            .await
+            .unwrap()
+            .into_inner()
+            .replayed;
+        replay.push(t.elapsed());
+        assert!(replayed, "a replay must be flagged");
+        let t = Instant::now();
+        health_client
+            .check(tonic_health::pb::HealthCheckRequest::default())
+            .await
+            .unwrap();
+        health.push(t.elapsed());
+    }
+    replay.sort();
+    health.sort();
+    (replay, health)
+}
+
 async fn not_confirmed(
     client: &OperationServiceClient<tonic::transport::Channel>,
     chain: &str,
@@ -1203,6 +1242,19 @@ async fn run(args: Args) -> Result<(), String> {
         }
     }
 
+    // Replays of finished operations beside health checks, before anything has read them
+    // finished (the waits above only listed the others): the first replay of each is read
+    // from the store, the gateway then keeps it, and a replay again is answered from memory.
+    let distinct = args.replays.min(ids.len());
+    let replay_of = |i: usize| transfer(args.chain, &ids[i], &senders[i % args.accounts], i);
+    let (replay_stored, health_stored) =
+        replays_beside_health(stack.gateway.addr, (0..distinct).map(replay_of)).await;
+    let (replay_again, health_again) = replays_beside_health(
+        stack.gateway.addr,
+        (0..distinct).cycle().take(args.replays).map(replay_of),
+    )
+    .await;
+
     // Per-operation timings from the operations themselves.
     let mut to_sent = Vec::new();
     let mut to_confirmed = Vec::new();
@@ -1272,40 +1324,6 @@ async fn run(args: Args) -> Result<(), String> {
         .unwrap_or(started.elapsed());
     let throughput = args.ops as f64 / window.as_secs_f64();
 
-    // Replays and health checks on the same gateway, one at a time.
-    let mut replay = Vec::new();
-    let mut health = Vec::new();
-    // Both over one connection of their own, so that neither carries the state of another
-    // (the run's thousands of submits went over `client`'s).
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", stack.gateway.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut health_client = tonic_health::pb::health_client::HealthClient::new(channel.clone());
-    let mut replay_client = OperationServiceClient::new(channel);
-    // Past the run's operations, the same ones again: each is still a replay. Each request is
-    // made before its timer starts, as the health check's is.
-    for (i, id) in ids.iter().enumerate().cycle().take(args.replays) {
-        let request = transfer(args.chain, id, &senders[i % args.accounts], i);
-        let t = Instant::now();
-        let replayed = replay_client
-            .submit_operation(request)
-            .await
-            .unwrap()
-            .into_inner()
-            .replayed;
-        replay.push(t.elapsed());
-        assert!(replayed, "a replay must be flagged");
-        let t = Instant::now();
-        health_client
-            .check(tonic_health::pb::HealthCheckRequest::default())
-            .await
-            .unwrap();
-        health.push(t.elapsed());
-    }
-    replay.sort();
-    health.sort();
     let rss_end: Vec<f64> = [&stack.gateway, &stack.signers[0], &stack.broadcasters[0]]
         .iter()
         .map(|s| peak_rss_mib(s.pid()).unwrap_or(0.0))
@@ -1354,16 +1372,37 @@ async fn run(args: Args) -> Result<(), String> {
             throughput / baseline
         );
     }
-    let (r50, h50) = (percentile(&replay, 0.5), percentile(&health, 0.5));
+    // Where the gateway answered its reads of one operation, as its metrics count them.
+    let reads = metrics_text(stack.metrics_addr("gateway")).await;
+    let reads_from = |from: &str| {
+        let series = format!("sigcast_operation_reads_total{{from=\"{from}\"}} ");
+        reads
+            .lines()
+            .find_map(|line| line.strip_prefix(&series))
+            .unwrap_or("missing")
+            .to_owned()
+    };
     println!(
-        "| replay p50 / health-check p50 | {} / {} |",
-        ms(r50),
-        ms(h50)
+        "| gateway reads of one operation, from memory / from the store | {} / {} |",
+        reads_from("finished"),
+        reads_from("store")
     );
-    println!(
-        "| **ratio replay / health** | **{:.2}** |",
-        r50.as_secs_f64() / h50.as_secs_f64().max(1e-9)
-    );
+    for (what, replay, health) in [
+        ("again, from memory", &replay_again, &health_again),
+        ("first, from the store", &replay_stored, &health_stored),
+    ] {
+        let (r50, h50) = (percentile(replay, 0.5), percentile(health, 0.5));
+        println!(
+            "| replay p50 / health-check p50 ({what}, {}) | {:.1} µs / {:.1} µs |",
+            replay.len(),
+            r50.as_secs_f64() * 1e6,
+            h50.as_secs_f64() * 1e6
+        );
+        println!(
+            "| **ratio replay / health** ({what}) | **{:.2}** |",
+            r50.as_secs_f64() / h50.as_secs_f64().max(1e-9)
+        );
+    }
     println!(
         "| peak RSS gateway / signer / broadcaster (all in flight) | {:.0} / {:.0} / {:.0} MiB |",
         rss_peak_in_flight[0], rss_peak_in_flight[1], rss_peak_in_flight[2]

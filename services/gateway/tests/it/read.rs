@@ -1,11 +1,12 @@
 //! GetOperation, ListOperations, WatchOperation and CancelOperation.
 
-use crate::{ALICE, Rig, transfer};
+use crate::{ALICE, Rig, as_caller, transfer};
 use sigcast_proto::pb;
 use sigcast_store::operations;
 use std::time::SystemTime;
 use tokio_stream::StreamExt;
 use tonic::Code;
+use tonic_types::StatusExt;
 
 #[tokio::test]
 async fn unknown_op_ids_are_not_found_and_bad_ones_invalid() {
@@ -528,4 +529,139 @@ async fn a_page_token_is_refused_under_another_filter() {
         assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
         assert!(status.message().contains("page_token"), "{status:?}");
     }
+}
+
+/// Moves `op_id` on to CONFIRMED in the store, as the signer and the broadcaster would.
+fn confirm(rig: &Rig, op_id: &str) {
+    let store = rig.store();
+    let root = store.root().clone();
+    store
+        .run(|tx| {
+            let mut op = operations::get(tx, &root, op_id)?.unwrap();
+            for state in [
+                pb::OperationState::Signed,
+                pb::OperationState::Sent,
+                pb::OperationState::Confirmed,
+            ] {
+                let old = op.clone();
+                op.set_state(state);
+                op.signing = Some(pb::operation::Signing::Evm(pb::EvmSigning { nonce: 7 }));
+                operations::put(tx, &root, Some(&old), &mut op, SystemTime::now())?;
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// `operation_reads_total{from}` as the gateway's metrics show it; the series must exist.
+fn reads_from(from: &str) -> u64 {
+    let text = sigcast_telemetry::metrics::metrics().render();
+    let series = format!("sigcast_operation_reads_total{{from=\"{from}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_finished_operation_read_once_is_answered_from_memory_and_only_to_its_caller() {
+    let rig = Rig::start_with(crate::behind_a_mesh).await;
+    let (a, b) = ("spiffe://t/a", "spiffe://t/b");
+    let mut client = rig.client.clone();
+    let get = |caller| {
+        as_caller(
+            caller,
+            pb::GetOperationRequest {
+                op_id: "paid".into(),
+            },
+        )
+    };
+    client
+        .submit_operation(as_caller(a, transfer("paid", "10")))
+        .await
+        .unwrap();
+    // Not finished: read from the store each time, and seen moving on.
+    let received = client.get_operation(get(a)).await.unwrap().into_inner();
+    assert_eq!(
+        received.operation.unwrap().state(),
+        pb::OperationState::Received
+    );
+    confirm(&rig, "paid");
+    let from_store = reads_from("store");
+    let confirmed = client
+        .get_operation(get(a))
+        .await
+        .unwrap()
+        .into_inner()
+        .operation
+        .unwrap();
+    assert_eq!(confirmed.state(), pb::OperationState::Confirmed);
+    assert_eq!(reads_from("store"), from_store + 1);
+
+    // Read once finished: its replays are answered from memory, the same record.
+    let from_memory = reads_from("finished");
+    for _ in 0..2 {
+        let replay = client
+            .submit_operation(as_caller(a, transfer("paid", "10")))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(replay.replayed);
+        assert_eq!(replay.operation.as_ref(), Some(&confirmed));
+    }
+    // Its own conflicting submit is refused as from the store.
+    let conflict = client
+        .submit_operation(as_caller(a, transfer("paid", "11")))
+        .await
+        .unwrap_err();
+    assert_eq!(conflict.code(), Code::AlreadyExists, "{conflict:?}");
+    let info = conflict.get_details_error_info().expect("ErrorInfo");
+    assert_eq!(
+        info.metadata.get("stored_fingerprint"),
+        Some(&confirmed.intent_fingerprint)
+    );
+    assert_eq!(reads_from("finished"), from_memory + 3);
+    assert_eq!(
+        reads_from("store"),
+        from_store + 1,
+        "the store is not read again"
+    );
+
+    // Another caller learns of it no more than from the store, which it reads: not found, or
+    // taken without its fingerprint.
+    let status = client.get_operation(get(b)).await.unwrap_err();
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    let taken = client
+        .submit_operation(as_caller(b, transfer("paid", "10")))
+        .await
+        .unwrap_err();
+    assert_eq!(taken.code(), Code::AlreadyExists, "{taken:?}");
+    let info = taken.get_details_error_info().expect("ErrorInfo");
+    assert_eq!(info.reason, "OP_ID_CONFLICT");
+    assert!(
+        !info.metadata.contains_key("stored_fingerprint"),
+        "{info:?}"
+    );
+    assert_eq!(reads_from("finished"), from_memory + 3);
+    assert_eq!(reads_from("store"), from_store + 3);
+
+    // Get reads the store: a record rewritten from outside (what an operator's `op get` and
+    // `reconcile` exist to see) shows as it is there.
+    let store = rig.store();
+    let root = store.root().clone();
+    store
+        .run(|tx| {
+            let key = root.pack(&("op", "paid"));
+            let raw = tx.get(&key)?.unwrap();
+            let mut op = <pb::Operation as prost::Message>::decode(raw.as_slice()).unwrap();
+            op.set_state(pb::OperationState::Rejected);
+            tx.set(&key, &prost::Message::encode_to_vec(&op))
+        })
+        .unwrap();
+    let rewritten = client.get_operation(get(a)).await.unwrap().into_inner();
+    assert_eq!(
+        rewritten.operation.unwrap().state(),
+        pb::OperationState::Rejected
+    );
 }

@@ -97,6 +97,24 @@ impl Error {
 
     /// Whether running the transaction again may succeed: the database was busy or locked.
     /// (FoundationDB errors are classified by `on_error` in the FoundationDB backend.)
+    /// A copy of this error if the store as a whole failed (its write lock held by another
+    /// process past the retry deadline; FoundationDB's transaction timeout): any other
+    /// transaction would meet it again after the same wait. `None` for what a body caused.
+    pub(crate) fn store_wide(&self) -> Option<Error> {
+        match self {
+            Error::Busy {
+                attempts,
+                elapsed_ms,
+            } => Some(Error::Busy {
+                attempts: *attempts,
+                elapsed_ms: *elapsed_ms,
+            }),
+            #[cfg(feature = "fdb")]
+            Error::Fdb(e) if e.code() == crate::fdb::TIMED_OUT => Some(Error::Fdb(*e)),
+            _ => None,
+        }
+    }
+
     pub(crate) fn is_sqlite_busy(&self) -> bool {
         matches!(
             self,

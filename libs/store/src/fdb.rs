@@ -17,6 +17,9 @@ use std::sync::OnceLock;
 /// Transaction timeout, after which `on_error` gives up (FoundationDB's error 1031).
 const TIMEOUT_MS: i32 = crate::store::FDB_TRANSACTION_TIMEOUT.as_millis() as i32;
 
+/// FoundationDB's `transaction_timed_out`: the transaction ran past [`TIMEOUT_MS`].
+pub(crate) const TIMED_OUT: i32 = 1031;
+
 static NETWORK: OnceLock<Result<(), String>> = OnceLock::new();
 
 fn start_network() -> Result<()> {

@@ -573,15 +573,24 @@ fn commit_group(store: &Store, jobs: Vec<Job>) {
                 let _ = done.send(Ok(()));
             }
         }
-        // Alone, each body commits or fails on its own.
-        Err(_) => {
+        // Alone, each body commits or fails on its own; unless what failed was the store as
+        // a whole (another process holding the write lock past the deadline), which each
+        // body alone would wait out again, one caller after another.
+        Err(failed) => {
+            let mut store_wide = failed.store_wide();
             for (body, done) in bodies.iter_mut().zip(answers) {
                 if done.is_closed() {
+                    continue;
+                }
+                if let Some(error) = &store_wide {
+                    let copy = error.store_wide();
+                    let _ = done.send(Err(copy.unwrap_or_else(|| Error::Task(error.to_string()))));
                     continue;
                 }
                 busy(true);
                 let result = store.run(|tx| body(tx));
                 busy(false);
+                store_wide = result.as_ref().err().and_then(Error::store_wide);
                 let _ = done.send(result);
             }
         }
@@ -618,5 +627,58 @@ fn retry_busy<T>(mut attempt: impl FnMut() -> Result<T>) -> Result<T> {
             }
             other => return other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A group refused because another process held the write lock past the retry deadline
+    /// answers every caller with that: run alone, each body would wait the deadline again,
+    /// one caller after another (256 of them: hours), while the stall check, timing each run,
+    /// saw nothing wrong.
+    #[test]
+    fn a_group_refused_by_a_busy_store_answers_every_caller_without_running_each_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            busy_timeout_ms: 20,
+            ..StoreConfig::sqlite(dir.path().join("busy.db"))
+        };
+        let store = Store::open(&config).unwrap();
+        let holder = rusqlite::Connection::open(&config.path).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let (jobs, mut answers): (Vec<Job>, Vec<_>) = (0..3i64)
+            .map(|i| {
+                let (done, answer) = tokio::sync::oneshot::channel();
+                let key = store.root().pack(&("busy", i));
+                let body: Body = Box::new(move |tx: &mut dyn KvTransaction| tx.set(&key, b"x"));
+                (Job { body, done }, answer)
+            })
+            .unzip();
+        let group = {
+            let store = store.clone();
+            std::thread::spawn(move || commit_group(&store, jobs))
+        };
+        // The first answer comes after the deadline; the lock is free from then on, so a body
+        // run alone after it would commit.
+        let first = answers.remove(0).blocking_recv().unwrap();
+        holder.execute_batch("ROLLBACK").unwrap();
+        group.join().unwrap();
+        assert!(matches!(first, Err(Error::Busy { .. })), "{first:?}");
+        for mut answer in answers {
+            let result = answer.try_recv().expect("answered with the group");
+            assert!(matches!(result, Err(Error::Busy { .. })), "{result:?}");
+        }
+        let (begin, end) = store.root().range();
+        let written = store
+            .read(|tx| tx.get_range(&begin, &end, usize::MAX, false))
+            .unwrap();
+        assert!(
+            !written
+                .iter()
+                .any(|(k, _)| k.windows(4).any(|w| w == b"busy")),
+            "nothing written"
+        );
     }
 }

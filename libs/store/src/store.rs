@@ -105,6 +105,8 @@ struct Inner {
     /// How long one transaction of the group-commit thread may run before the thread counts
     /// as stalled: twice the longest a healthy one takes on this backend.
     stall_after: Duration,
+    /// Where the store's data format is recorded (`check_format`).
+    format_key: Vec<u8>,
 }
 
 struct GroupCommit {
@@ -159,6 +161,7 @@ impl Store {
             Backend::Sqlite => RETRY_DEADLINE + Duration::from_millis(config.busy_timeout_ms),
             Backend::Fdb => FDB_TRANSACTION_TIMEOUT,
         };
+        let root = Subspace::all().subspace(&config.namespace.as_str());
         let engine = match config.backend {
             Backend::Sqlite => Engine::Sqlite(SqliteBackend::open(
                 &config.path,
@@ -185,7 +188,8 @@ impl Store {
         let store = Self {
             inner: Arc::new(Inner {
                 engine,
-                root: Subspace::all().subspace(&config.namespace.as_str()),
+                format_key: root.pack(&("meta", "format")),
+                root,
                 permits: Semaphore::new(config.max_concurrency.max(1)),
                 group: std::sync::OnceLock::new(),
                 group_busy_since: std::sync::Mutex::new(None),
@@ -199,7 +203,7 @@ impl Store {
 
     /// Brings a store of an older format up to this one.
     fn migrate(&self) -> Result<()> {
-        let key = self.root().pack(&("meta", "format"));
+        let key = self.inner.format_key.clone();
         let found = self.read(|tx| tx.get(&key))?;
         if found.as_deref() == Some(&1u32.to_be_bytes()[..]) {
             tracing::info!("store of data format 1: adding the work index");
@@ -228,7 +232,7 @@ impl Store {
     /// written by a newer format: during a rolling upgrade an old replica stops loudly instead
     /// of misreading what a new one wrote. (An older format would be migrated here.)
     pub fn check_format(&self, ours: u32) -> Result<()> {
-        let key = self.root().pack(&("meta", "format"));
+        let key = self.inner.format_key.clone();
         let found = self.run(|tx| {
             let found = match tx.get(&key)? {
                 Some(bytes) => Some(u32::from_be_bytes(bytes.as_slice().try_into().map_err(
@@ -258,7 +262,19 @@ impl Store {
 
     /// Runs a read-write transaction body until it commits, retrying conflicts and a busy
     /// database. The body may run several times: it must be idempotent. Blocking.
+    ///
+    /// Refused (`NewerFormat`) once a newer build has raised the store's data format, read
+    /// in the same transaction: the format is checked when a store is opened, and a process
+    /// still running through a rolling upgrade would otherwise rewrite records with what it
+    /// cannot read dropped (format 3's `caller`: the submitter's own retries then refused as
+    /// another caller's). On FoundationDB the read also makes the change of format conflict
+    /// with the transaction.
     pub fn run<T>(&self, mut body: impl FnMut(&mut dyn KvTransaction) -> Result<T>) -> Result<T> {
+        let format_key = self.inner.format_key.as_slice();
+        let mut body = |tx: &mut dyn KvTransaction| {
+            refuse_a_newer_format(tx, format_key)?;
+            body(tx)
+        };
         match &self.inner.engine {
             Engine::Sqlite(sqlite) => retry_busy(|| sqlite.run_once(&mut body)),
             #[cfg(feature = "fdb")]
@@ -526,6 +542,22 @@ fn group_commit(store: &std::sync::Weak<Inner>, queue: &std::sync::mpsc::Receive
             .group_busy_since
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+/// `NewerFormat` if the format recorded at `key` is past this build's. Nothing recorded yet
+/// (a store being created) or a value that is no format (which opening reports) passes.
+fn refuse_a_newer_format(tx: &mut dyn KvTransaction, key: &[u8]) -> Result<()> {
+    let found = tx
+        .get(key)?
+        .and_then(|bytes| <[u8; 4]>::try_from(bytes.as_slice()).ok())
+        .map(u32::from_be_bytes);
+    match found {
+        Some(found) if found > FORMAT_VERSION => Err(Error::NewerFormat {
+            found,
+            ours: FORMAT_VERSION,
+        }),
+        _ => Ok(()),
     }
 }
 

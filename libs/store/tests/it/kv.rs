@@ -276,6 +276,40 @@ fn a_store_written_by_a_newer_format_is_refused_not_misread() {
 }
 
 #[test]
+fn a_process_running_when_a_newer_build_raises_the_format_writes_no_more() {
+    // Opened at this build's format; then a newer build opens the store and raises it.
+    let t = test_store("format-raised");
+    let running = &t.store;
+    let key = running.root().pack(&("written",));
+    running.run(|tx| tx.set(&key, b"before")).unwrap();
+    let newer = Store::open(&t.config).unwrap();
+    newer
+        .check_format(sigcast_store::FORMAT_VERSION + 1)
+        .unwrap();
+    // What the running process would write could drop what it cannot read: refused, alone
+    // or grouped; reads go on.
+    let refused = running.run(|tx| tx.set(&key, b"after")).unwrap_err();
+    assert!(
+        matches!(refused, Error::NewerFormat { found, ours }
+            if found == sigcast_store::FORMAT_VERSION + 1 && ours == sigcast_store::FORMAT_VERSION),
+        "{refused}"
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let grouped = runtime.block_on(running.run_grouped({
+        let key = key.clone();
+        move |tx| tx.set(&key, b"grouped")
+    }));
+    assert!(
+        matches!(grouped, Err(Error::NewerFormat { .. })),
+        "{grouped:?}"
+    );
+    assert_eq!(
+        running.read(|tx| tx.get(&key)).unwrap().as_deref(),
+        Some(&b"before"[..])
+    );
+}
+
+#[test]
 fn grouped_transactions_lose_nothing_and_one_failure_fails_no_other() {
     let t = test_store("grouped");
     let store = t.store.clone();

@@ -1391,6 +1391,9 @@ async fn run(args: Args) -> Result<(), String> {
         ("again, from memory", &replay_again, &health_again),
         ("first, from the store", &replay_stored, &health_stored),
     ] {
+        if replay.is_empty() {
+            continue;
+        }
         let (r50, h50) = (percentile(replay, 0.5), percentile(health, 0.5));
         println!(
             "| replay p50 / health-check p50 ({what}, {}) | {:.1} µs / {:.1} µs |",

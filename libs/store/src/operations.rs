@@ -391,7 +391,14 @@ pub fn list_within(
     };
     let mut from = match cursor {
         None => begin.clone(),
-        Some(last) if last >= begin.as_slice() && last < end.as_slice() => {
+        // Shorter than a key (the next key after it is one byte longer): a listing issued it,
+        // and a longer one, read from, is FoundationDB's key_too_large (a store error, which
+        // a caller retries for ever).
+        Some(last)
+            if last >= begin.as_slice()
+                && last < end.as_slice()
+                && last.len() < crate::kv::limits::KEY =>
+        {
             let mut next = last.to_vec();
             next.push(0);
             next

@@ -253,6 +253,31 @@ fn a_page_ends_before_its_byte_budget_and_resumes_where_it_ended() {
 }
 
 #[test]
+fn a_cursor_longer_than_any_key_is_refused_not_read_past() {
+    // A cursor inside the listing's range but longer than a key can be: no listing issued
+    // it, and on FoundationDB reading from it fails as key_too_large, a store error a caller
+    // would retry for ever. Refused as a bad cursor on every backend.
+    let t = test_store("long-cursor");
+    let s = &t.store;
+    let root = s.root().clone();
+    submit(s, operation("op-00", "0xA", "f"));
+    let first = s
+        .read(|tx| operations::list(tx, &root, &ListFilter::default(), None, 1))
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.operations.len(), 1);
+    let mut long = root.subspace(&("op",)).range().0;
+    long.resize(20_000, b'z');
+    let refused = s
+        .read(|tx| operations::list(tx, &root, &ListFilter::default(), Some(&long), 1))
+        .unwrap();
+    assert_eq!(
+        refused.map(|page| page.operations.len()),
+        Err(operations::BadCursor)
+    );
+}
+
+#[test]
 fn a_callers_listing_pages_through_its_own_operations_only() {
     let t = test_store("by-caller");
     let s = &t.store;

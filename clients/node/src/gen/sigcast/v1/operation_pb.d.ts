@@ -989,7 +989,8 @@ export declare const ListOperationsRequestSchema: GenMessage<ListOperationsReque
  */
 export declare type ListOperationsResponse = Message<"sigcast.v1.ListOperationsResponse"> & {
   /**
-   * Matching operations in op_id order.
+   * Matching operations in op_id order; filtered by chain alone, on a gateway that does not
+   * identify its callers (a development gateway), by account, then op_id.
    *
    * @generated from field: repeated sigcast.v1.Operation operations = 1;
    */

@@ -39,7 +39,7 @@ pub enum Error {
     },
     /// The store was written by a newer build: this one must not read or write it.
     #[error(
-        "the store holds data format {found}, newer than this build's {ours}: refusing to run; finish the upgrade (or roll it back) so every service runs one version"
+        "the store holds data format {found}, newer than this build's {ours}: refusing to run; finish the upgrade so every service runs one version"
     )]
     NewerFormat {
         /// The format the store records.
@@ -95,32 +95,82 @@ impl Error {
         )
     }
 
-    /// Whether running the transaction again may succeed: the database was busy or locked.
-    /// (FoundationDB errors are classified by `on_error` in the FoundationDB backend.)
-    /// A copy of this error if the store as a whole failed (its write lock held by another
-    /// process past the retry deadline; FoundationDB's transaction timeout): any other
-    /// transaction would meet it again after the same wait. `None` for what a body caused.
-    pub(crate) fn store_wide(&self) -> Option<Error> {
+    /// What of this error is the store's as a whole, which any other transaction would meet
+    /// again (after the same wait): its write lock held by another process past the retry
+    /// deadline, a data format a newer build raised, FoundationDB's transaction timeout.
+    /// `None` for what a body caused. (`group`: the error of a group commit, where
+    /// FoundationDB's timeout may be the group's own doing: many bodies' reads, conflicts
+    /// retried until it, not the cluster's.)
+    #[cfg_attr(not(feature = "fdb"), allow(unused_variables))]
+    pub fn store_wide(&self, group: bool) -> Option<StoreWide> {
         match self {
             Error::Busy {
                 attempts,
                 elapsed_ms,
-            } => Some(Error::Busy {
+            } => Some(StoreWide::Busy {
                 attempts: *attempts,
                 elapsed_ms: *elapsed_ms,
             }),
+            Error::NewerFormat { found, ours } => Some(StoreWide::NewerFormat {
+                found: *found,
+                ours: *ours,
+            }),
             #[cfg(feature = "fdb")]
-            Error::Fdb(e) if e.code() == crate::fdb::TIMED_OUT => Some(Error::Fdb(*e)),
+            Error::Fdb(e) if !group && e.code() == crate::fdb::TIMED_OUT => {
+                Some(StoreWide::FdbTimedOut(*e))
+            }
             _ => None,
         }
     }
 
+    /// Whether running the transaction again may succeed: the database was busy or locked.
+    /// (FoundationDB errors are classified by `on_error` in the FoundationDB backend.)
     pub(crate) fn is_sqlite_busy(&self) -> bool {
         matches!(
             self,
             Error::Sqlite(rusqlite::Error::SqliteFailure(e, _))
                 if matches!(e.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
         )
+    }
+}
+
+/// An error of the store as a whole ([`Error::store_wide`]), to give every caller waiting on
+/// it a copy.
+#[derive(Debug, Clone, Copy)]
+pub enum StoreWide {
+    /// [`Error::Busy`].
+    Busy {
+        /// Attempts made.
+        attempts: u32,
+        /// Time spent.
+        elapsed_ms: u128,
+    },
+    /// [`Error::NewerFormat`].
+    NewerFormat {
+        /// The format the store records.
+        found: u32,
+        /// This build's format.
+        ours: u32,
+    },
+    /// FoundationDB's `transaction_timed_out`.
+    #[cfg(feature = "fdb")]
+    FdbTimedOut(foundationdb::FdbError),
+}
+
+impl From<StoreWide> for Error {
+    fn from(wide: StoreWide) -> Self {
+        match wide {
+            StoreWide::Busy {
+                attempts,
+                elapsed_ms,
+            } => Error::Busy {
+                attempts,
+                elapsed_ms,
+            },
+            StoreWide::NewerFormat { found, ours } => Error::NewerFormat { found, ours },
+            #[cfg(feature = "fdb")]
+            StoreWide::FdbTimedOut(e) => Error::Fdb(e),
+        }
     }
 }
 

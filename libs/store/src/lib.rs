@@ -20,7 +20,7 @@ mod sqlite;
 mod store;
 pub mod work;
 
-pub use error::{Error, Result};
+pub use error::{Error, Result, StoreWide};
 pub use foundationdb_tuple as tuple;
 pub use kv::{KvRead, KvTransaction};
 pub use store::{Backend, FORMAT_VERSION, GROUP_COMMIT_THREAD, Store, StoreConfig};

@@ -107,6 +107,9 @@ struct Inner {
     stall_after: Duration,
     /// Where the store's data format is recorded (`check_format`).
     format_key: Vec<u8>,
+    /// The newer data format a write found recorded since the store was opened (0: none):
+    /// from then on this process writes nothing, and its liveness says so.
+    newer_format_found: std::sync::atomic::AtomicU32,
 }
 
 struct GroupCommit {
@@ -189,6 +192,7 @@ impl Store {
             inner: Arc::new(Inner {
                 engine,
                 format_key: root.pack(&("meta", "format")),
+                newer_format_found: std::sync::atomic::AtomicU32::new(0),
                 root,
                 permits: Semaphore::new(config.max_concurrency.max(1)),
                 group: std::sync::OnceLock::new(),
@@ -272,7 +276,13 @@ impl Store {
     pub fn run<T>(&self, mut body: impl FnMut(&mut dyn KvTransaction) -> Result<T>) -> Result<T> {
         let format_key = self.inner.format_key.as_slice();
         let mut body = |tx: &mut dyn KvTransaction| {
-            refuse_a_newer_format(tx, format_key)?;
+            refuse_a_newer_format(tx, format_key).inspect_err(|refused| {
+                if let Error::NewerFormat { found, .. } = refused {
+                    self.inner
+                        .newer_format_found
+                        .store(*found, std::sync::atomic::Ordering::Relaxed);
+                }
+            })?;
             body(tx)
         };
         match &self.inner.engine {
@@ -399,10 +409,22 @@ impl Store {
 
     /// Whether the group-commit thread, which commits every grouped transaction of this
     /// process, is alive at `now`: an error when it has ended or has been inside one
-    /// transaction for longer than [`Store::group_commit_stall_after`]. Either way the process
-    /// accepts work it will never commit, and only a restart helps: this is what liveness
-    /// probes ask. A thread not started yet (nothing grouped so far) is alive.
+    /// transaction for longer than [`Store::group_commit_stall_after`], or when a write found
+    /// that a newer build raised the store's data format (`NewerFormat`: this process writes
+    /// nothing more, and a restart refuses the store at its opening, loudly). Either way the
+    /// process accepts work it will never commit, and only a restart helps: this is what
+    /// liveness probes ask. A thread not started yet (nothing grouped so far) is alive.
     pub fn check_group_commit(&self, now: Instant) -> Result<()> {
+        let found = self
+            .inner
+            .newer_format_found
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if found != 0 {
+            return Err(Error::NewerFormat {
+                found,
+                ours: FORMAT_VERSION,
+            });
+        }
         if self
             .inner
             .group
@@ -609,20 +631,19 @@ fn commit_group(store: &Store, jobs: Vec<Job>) {
         // a whole (another process holding the write lock past the deadline), which each
         // body alone would wait out again, one caller after another.
         Err(failed) => {
-            let mut store_wide = failed.store_wide();
+            let mut store_wide = failed.store_wide(true);
             for (body, done) in bodies.iter_mut().zip(answers) {
                 if done.is_closed() {
                     continue;
                 }
-                if let Some(error) = &store_wide {
-                    let copy = error.store_wide();
-                    let _ = done.send(Err(copy.unwrap_or_else(|| Error::Task(error.to_string()))));
+                if let Some(wide) = store_wide {
+                    let _ = done.send(Err(wide.into()));
                     continue;
                 }
                 busy(true);
                 let result = store.run(|tx| body(tx));
                 busy(false);
-                store_wide = result.as_ref().err().and_then(Error::store_wide);
+                store_wide = result.as_ref().err().and_then(|e| e.store_wide(false));
                 let _ = done.send(result);
             }
         }

@@ -817,7 +817,8 @@ impl Signer {
     /// it (its rolling window, the interlock), or it is more than one transaction may hold (48
     /// contract calls of 128 KiB), or the store failed — every one is signed again alone, in
     /// order: a refusal or a size costs no other operation its signature, and a refused one
-    /// costs one more transaction, not a re-run of the rest per refusal.
+    /// costs one more transaction, not a re-run of the rest per refusal. Not when the store
+    /// as a whole refused it (`Error::store_wide`): each alone would wait to meet that again.
     async fn commit_together(
         &self,
         requests: Vec<(usize, InitialEvm)>,
@@ -848,9 +849,20 @@ impl Signer {
             Ok(Err(refusal)) => {
                 tracing::debug!(sigcast.op_ids = ?op_ids(&requests), %refusal, "an operation of the batch was refused: signing each alone")
             }
-            Err(error) => {
-                tracing::warn!(sigcast.op_ids = ?op_ids(&requests), %error, "the batch did not commit: signing each alone")
-            }
+            Err(error) => match error.store_wide(false) {
+                // The store as a whole failed (its lock held past the deadline, a newer data
+                // format): each alone would meet it again, one after another.
+                Some(wide) => {
+                    tracing::warn!(sigcast.op_ids = ?op_ids(&requests), %error, "the batch did not commit: the store refused it");
+                    return indexes
+                        .into_iter()
+                        .map(|index| (index, Err(Error::Store(wide.into()))))
+                        .collect();
+                }
+                None => {
+                    tracing::warn!(sigcast.op_ids = ?op_ids(&requests), %error, "the batch did not commit: signing each alone")
+                }
+            },
         }
         let mut results = Vec::with_capacity(indexes.len());
         for (index, request) in indexes.into_iter().zip(requests) {

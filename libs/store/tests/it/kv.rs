@@ -307,6 +307,12 @@ fn a_process_running_when_a_newer_build_raises_the_format_writes_no_more() {
         running.read(|tx| tx.get(&key)).unwrap().as_deref(),
         Some(&b"before"[..])
     );
+    // And says so where liveness probes ask: only a restart (which refuses the store at its
+    // opening) helps.
+    let dead = running
+        .check_group_commit(std::time::Instant::now())
+        .unwrap_err();
+    assert!(matches!(dead, Error::NewerFormat { .. }), "{dead}");
 }
 
 #[test]

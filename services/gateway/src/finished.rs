@@ -77,6 +77,10 @@ impl FinishedOperations {
         if self.max_bytes == 0 || !is_terminal(op) {
             return;
         }
+        // Held already (a Get of it, read from the store again): the same bytes.
+        if self.lock().by_op_id.get(&op.op_id).is_some() {
+            return;
+        }
         let entry = Entry {
             caller: op.caller.clone(),
             encoded: op.encode_to_vec().into(),

@@ -564,12 +564,6 @@ fn since(
     at.duration_since(from).ok()
 }
 
-/// Every operation listed in `state`.
-/// The run's operations that are not confirmed, by state. Listed by state (the store's state
-/// index), so the confirmed ones (soon most of them) and the operations stored before the run
-/// (`--stored`, all confirmed) are not read at each poll: listing every operation each second
-/// took the cores the run is measuring. That every one of the run's operations is CONFIRMED
-/// with success is checked at the end, one by one.
 /// Each of `replays` submitted, one at a time, beside as many gRPC health checks on the same
 /// gateway, both over one connection of their own (so that neither carries the state of
 /// another): the sorted latencies of each.
@@ -609,6 +603,11 @@ async fn replays_beside_health(
     (replay, health)
 }
 
+/// The run's operations that are not confirmed, by state. Listed by state (the store's state
+/// index), so the confirmed ones (soon most of them) and the operations stored before the run
+/// (`--stored`, all confirmed) are not read at each poll: listing every operation each second
+/// took the cores the run is measuring. That every one of the run's operations is CONFIRMED
+/// with success is checked at the end, one by one.
 async fn not_confirmed(
     client: &OperationServiceClient<tonic::transport::Channel>,
     chain: &str,

@@ -2,7 +2,9 @@
 //! (what a liveness probe asks) reports it. Liveness is not readiness: a dependency that is
 //! down (a store out of space, an RPC endpoint) is reported under its own name and makes no
 //! process restart, since a restart would not bring it back; a part of the process that cannot
-//! recover by itself (a stalled group commit, an HSM session that will not reopen) does.
+//! recover by itself (a stalled group commit, an HSM session that will not reopen) does; and
+//! so does a store whose data format a newer build raised, which the restart turns into a
+//! refusal at start, loudly.
 //!
 //! Each part reports itself under its own name; `""` is SERVING while every part is alive.
 

@@ -849,7 +849,7 @@ impl Signer {
             Ok(Err(refusal)) => {
                 tracing::debug!(sigcast.op_ids = ?op_ids(&requests), %refusal, "an operation of the batch was refused: signing each alone")
             }
-            Err(error) => match error.store_wide(false) {
+            Err(error) => match error.store_wide(true) {
                 // The store as a whole failed (its lock held past the deadline, a newer data
                 // format): each alone would meet it again, one after another.
                 Some(wide) => {
@@ -865,14 +865,19 @@ impl Signer {
             },
         }
         let mut results = Vec::with_capacity(indexes.len());
+        let mut store_wide: Option<sigcast_store::StoreWide> = None;
         for (index, request) in indexes.into_iter().zip(requests) {
+            // One alone met the store's own failure: the rest would wait to meet it too.
+            if let Some(wide) = store_wide {
+                results.push((index, Err(Error::Store(wide.into()))));
+                continue;
+            }
             let signed = self
                 .store
                 .run_grouped_or_refuse(move |tx| sign_initial_evm(tx, &request))
-                .await
-                .map_err(Error::from)
-                .and_then(|signed| signed);
-            results.push((index, signed));
+                .await;
+            store_wide = signed.as_ref().err().and_then(|e| e.store_wide(false));
+            results.push((index, signed.map_err(Error::from).and_then(|signed| signed)));
         }
         results
     }

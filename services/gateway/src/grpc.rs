@@ -369,7 +369,6 @@ impl Gateway {
         // recorded", it might pay another way while its operation lands.
         self.identified(&caller)?;
         let fingerprint = intent.fingerprint().to_string();
-        let root = self.store.root().clone();
 
         // A replay is answered from one snapshot read, without taking the write lock; a
         // replay of the caller's own finished operation, read before, from memory.
@@ -395,6 +394,7 @@ impl Gateway {
                 let mut new = sigcast_proto::new_operation(&op_id, &intent);
                 new.caller = caller.clone();
                 let now = SystemTime::now();
+                let root = self.store.root().clone();
                 let written = self
                     .store
                     .run_grouped(move |tx| operations::submit(tx, &root, new.clone(), now))
